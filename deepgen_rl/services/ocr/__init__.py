@@ -1,0 +1,1 @@
+"""OCR reward service: FastAPI app (``app``), pure scoring (``scoring``), request validation, launcher."""
