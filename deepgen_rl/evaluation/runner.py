@@ -1,0 +1,94 @@
+"""One eval step for the trainer: generate on every rank, judge on every rank, all-gather, report on rank 0.
+
+Scheme (no rank waits in a collective while another rank judges everything):
+
+1. every rank generates its shard of every dataset (:func:`generate_eval_images`);
+2. every rank judges its OWN images (its thread pool talks to the judge server);
+3. ONE ``gather_fn`` all-gathers the per-image records and verdicts (small dicts) to every rank;
+4. every rank computes the same metrics; rank 0 writes ``unigenbench_summary.json``, ``unigenbench_dimensions.csv``,
+   ``judgments.jsonl`` and ``index.html`` to ``out_root/step_<step>/``; then ``barrier_fn``.
+
+Ranks still meet in the gather, so the slowest rank's judging bounds the wait (shards are equal-sized). An
+unreachable judge is detected by one probe per rank and every judgment is recorded as failed (counted), so training
+continues. ``barrier_fn``/``gather_fn`` hide torch.distributed (``dist.barrier`` and a wrapper around
+``dist.all_gather_object``); the defaults are the single-process identities.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from deepgen_rl.evaluation.config import EvalDatasetSpec
+from deepgen_rl.evaluation.generate import generate_eval_images
+from deepgen_rl.evaluation.metrics import compute_unigenbench_summary, summary_to_metrics, write_eval_reports
+from deepgen_rl.evaluation.unigenbench import JudgeConfig, JudgeRequest, Judgment, UniGenBenchJudge
+
+logger = logging.getLogger(__name__)
+
+
+def eval_step_dir(out_root: str | Path, step: int) -> Path:
+    return Path(out_root) / f"step_{step}"
+
+
+def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root: str | Path, step: int, *,
+                         rank: int = 0, world_size: int = 1, barrier_fn: Callable[[], None] | None = None,
+                         gather_fn: Callable[[Any], list[Any]] | None = None, transformer=None, height: int = 512,
+                         width: int = 512, seed: int = 42, judge: bool = True,
+                         judge_config: JudgeConfig | None = None, inference_mode: str = "ode", eta: float = 0.7,
+                         sampler: str = "cps_sde", batch_size: int = 8, progress: bool = True) -> dict[str, float]:
+    """Generate + judge every eval dataset; returns the flat metric dict (same on every rank).
+
+    ``gather_fn(obj) -> [obj_rank0, obj_rank1, …]`` must be an all-gather (every rank gets the list).
+    With ``judge=False`` (or ``scoring: none``) images are generated and shown in the HTML but not judged.
+    """
+    barrier_fn = barrier_fn or (lambda: None)
+    gather_fn = gather_fn or (lambda obj: [obj])
+    step_dir = eval_step_dir(out_root, step)
+    step_dir.mkdir(parents=True, exist_ok=True)
+    local_records: list[dict] = []
+    local_judgments: list[dict] = []
+    client = UniGenBenchJudge(judge_config or JudgeConfig.from_env()) if judge else None
+    try:
+        for spec in eval_specs:
+            records = generate_eval_images(model, spec, step_dir, rank=rank, world_size=world_size, height=height,
+                                           width=width, inference_mode=inference_mode, eta=eta, sampler=sampler,
+                                           seed=seed, transformer=transformer, batch_size=batch_size,
+                                           progress=progress)
+            local_records += [r.to_dict() for r in records]
+            if client is None or not spec.scoring or not records:
+                continue
+            items = {p.index: p for p in spec.prompts}
+            requests = [JudgeRequest(spec.name, items[r.index], r.dup, step_dir / r.rel_path, r.rel_path)
+                        for r in records]
+            judgments = client.judge_many(requests, spec.language, progress=progress and rank == 0)
+            local_judgments += [j.to_dict() for j in judgments]
+    finally:
+        if client is not None:
+            client.close()
+
+    gathered = gather_fn((local_records, local_judgments))
+    all_records = sorted((r for recs, _ in gathered for r in recs), key=lambda r: (r["dataset"], r["index"], r["dup"]))
+    all_judgments = sorted((j for _, js in gathered for j in js), key=lambda j: (j["dataset"], j["index"], j["dup"]))
+
+    summaries: dict[str, dict[str, Any]] = {}
+    for spec in eval_specs:
+        if judge and spec.scoring:
+            js = [Judgment.from_dict(j) for j in all_judgments if j["dataset"] == spec.name]
+            summaries[spec.name] = compute_unigenbench_summary(spec.name, spec.prompts, js, language=spec.language,
+                                                               malformed_rows=spec.malformed_rows)
+        else:
+            summaries[spec.name] = {"dataset": spec.name,
+                                    "num_images": sum(r["dataset"] == spec.name for r in all_records)}
+        summaries[spec.name]["step"] = step
+    metrics = summary_to_metrics(summaries)
+    if rank == 0:
+        write_eval_reports(step_dir, summaries, {s.name: s.prompts for s in eval_specs}, all_judgments,
+                           records=all_records, title=f"UniGenBench eval — step {step}")
+        for ds, s in summaries.items():
+            if "overall_acc" in s:
+                logger.info("eval step %d %s: overall_acc=%s success_rate=%.3f failed=%d", step, ds,
+                            s["overall_acc"], s["success_rate"], s["num_failed"])
+    barrier_fn()
+    return metrics
