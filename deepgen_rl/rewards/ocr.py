@@ -1,0 +1,105 @@
+"""``ocr``: client of the OCR reward service (deepgen_rl/services/ocr, ``bash scripts/reward_ocr.sh``).
+
+Images are sent as base64 PNG in batches of at most ``batch_size`` (several batches in flight at once, up to
+``max_concurrent_requests``). A batch whose request finally fails (see :mod:`deepgen_rl.rewards.http` for the retry
+policy) marks its samples ``valid=False``; a null score (prompt without quoted target text) is ``valid=False`` too and
+counted in ``info["no_target_text"]``. No failure ever becomes a score.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import torch
+
+from .base import Reward, is_finite_number, register_reward
+from .http import RequestFailed, bearer_headers, image_to_base64, post_json_with_retries
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OCR_URL = "http://localhost:18082"
+
+
+@register_reward("ocr")
+class OcrReward(Reward):
+    """Text-rendering accuracy in [0, 1] from the OCR service: 1 - Σ edit distance / Σ target length."""
+
+    name = "ocr"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        batch_size: int = 16,
+        max_concurrent_requests: int = 4,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        token: str | None = None,
+        trust_env: bool = False,
+    ):
+        if batch_size < 1 or max_concurrent_requests < 1 or max_retries < 0:
+            raise ValueError("batch_size and max_concurrent_requests must be >= 1, max_retries >= 0")
+        self.url = (url or os.environ.get("OCR_URL") or DEFAULT_OCR_URL).rstrip("/")
+        self.batch_size = batch_size
+        self.max_concurrent_requests = max_concurrent_requests
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.headers = bearer_headers(token if token is not None else os.environ.get("REWARD_API_TOKEN"))
+        # httpx.Client is thread-safe; proxies from the environment are ignored unless trust_env (reward services
+        # live next to the trainer, and a cluster-wide HTTP_PROXY would otherwise swallow localhost calls).
+        self._client = httpx.Client(
+            trust_env=trust_env, limits=httpx.Limits(max_connections=max(8, 2 * max_concurrent_requests))
+        )
+
+    def _score_batch(self, images, prompts) -> dict:
+        payload = {"images": [image_to_base64(img, "PNG") for img in images], "prompts": list(prompts)}
+        body, attempts = post_json_with_retries(
+            self._client, f"{self.url}/score", payload, headers=self.headers, timeout_s=self.timeout_s,
+            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
+        )
+        scores = body.get("scores") if isinstance(body, dict) else None
+        if not isinstance(scores, list) or len(scores) != len(images):
+            raise RequestFailed(f"{self.url}/score: malformed response (expected {len(images)} scores)",
+                                attempts=attempts)
+        for value in scores:
+            if value is not None and not (is_finite_number(value) and 0.0 <= value <= 1.0):
+                raise RequestFailed(f"{self.url}/score: score {value!r} is not null or a number in [0, 1]",
+                                    attempts=attempts)
+        return {"scores": scores, "texts": body.get("texts"), "attempts": attempts}
+
+    def score(self, images, prompts, metadata):
+        n = len(images)
+        scores = torch.zeros(n, dtype=torch.float32)
+        valid = torch.zeros(n, dtype=torch.bool)
+        info = {"no_target_text": 0, "request_failed": 0, "requests": 0, "retries": 0, "errors": [], "texts": [""] * n}
+        starts = list(range(0, n, self.batch_size))
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrent_requests, len(starts))) as pool:
+            futures = [pool.submit(self._score_batch, images[s:s + self.batch_size], prompts[s:s + self.batch_size])
+                       for s in starts]
+            for start, future in zip(starts, futures):
+                stop = min(start + self.batch_size, n)
+                try:
+                    result = future.result()
+                except RequestFailed as exc:
+                    logger.error("ocr reward: batch [%d:%d] failed: %s", start, stop, exc)
+                    info["request_failed"] += stop - start
+                    info["requests"] += exc.attempts
+                    info["retries"] += exc.attempts - 1
+                    info["errors"].append(str(exc))
+                    continue
+                info["requests"] += result["attempts"]
+                info["retries"] += result["attempts"] - 1
+                texts = result["texts"] if isinstance(result["texts"], list) else [""] * (stop - start)
+                for offset, (value, text) in enumerate(zip(result["scores"], texts)):
+                    info["texts"][start + offset] = text if isinstance(text, str) else ""
+                    if value is None:
+                        info["no_target_text"] += 1
+                    else:
+                        scores[start + offset], valid[start + offset] = float(value), True
+        return scores, valid, info
