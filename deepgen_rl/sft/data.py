@@ -147,8 +147,9 @@ class WeightedMixtureSampler:
     P(d) = weight_d / Σ weights, drawn from one numpy PCG64 stream seeded by ``seed`` (the same on every rank, so all
     ranks agree on every block). Within dataset d the c-th global draw (c counts that dataset's draws over all
     ranks) takes sample ``perm_{d, c // N_d}[c % N_d]``, a fresh permutation per pass over the data seeded by
-    (seed, d, pass). Hence ranks never share a sample within a pass over a dataset, and every sample is seen once
-    per pass. The state (counters + RNG state) is identical on all ranks apart from ``rank`` itself.
+    (seed, d, pass) and adjusted at its start so that no block repeats a sample across a pass boundary (see
+    :meth:`_permutation`). Hence ranks never get the same sample for the same draw index, and every sample is seen
+    exactly once per pass over its dataset. The state (counters + RNG state) is identical on all ranks apart from ``rank`` itself.
     """
 
     def __init__(self, sizes: list[int], weights: list[float], *, rank: int = 0, world_size: int = 1, seed: int = 0):
@@ -170,13 +171,29 @@ class WeightedMixtureSampler:
         self.counters = [0] * len(sizes)  # global draws per dataset
         self._perm_cache: dict[int, tuple[int, np.ndarray]] = {}
 
+    def _base_permutation(self, d: int, epoch: int) -> np.ndarray:
+        rng = np.random.Generator(np.random.PCG64(derive_seed("sftaux-perm", self.seed, d, epoch)))
+        return rng.permutation(self.sizes[d])
+
     def _permutation(self, d: int, epoch: int) -> np.ndarray:
+        """Pass ``epoch``'s order of dataset d: a seeded permutation whose first ``world_size − 1`` entries avoid the
+        previous pass's last ``world_size − 1`` (swapped with middle entries; the tail is untouched, so this needs
+        only the previous *base* permutation). One block spans at most that window across a pass boundary, so ranks
+        never get the same sample for the same draw index (guaranteed when N_d ≥ 4·(world_size − 1))."""
         cached = self._perm_cache.get(d)
-        if cached is None or cached[0] != epoch:
-            rng = np.random.Generator(np.random.PCG64(derive_seed("sftaux-perm", self.seed, d, epoch)))
-            cached = (epoch, rng.permutation(self.sizes[d]))
-            self._perm_cache[d] = cached
-        return cached[1]
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        perm = self._base_permutation(d, epoch)
+        k, n = self.world_size - 1, self.sizes[d]
+        if epoch > 0 and k > 0 and n >= 4 * k:
+            previous_tail = set(self._base_permutation(d, epoch - 1)[n - k:].tolist())
+            free = (j for j in range(k, n - k) if perm[j] not in previous_tail)
+            for j in range(k):
+                if perm[j] in previous_tail:
+                    m = next(free)
+                    perm[j], perm[m] = perm[m], perm[j]
+        self._perm_cache[d] = (epoch, perm)
+        return perm
 
     def next_index(self) -> tuple[int, int]:
         """This rank's next ``(dataset index, sample index)``."""
