@@ -64,3 +64,18 @@ class OcrServiceProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def render_text_image(lines: str | list[str], size: tuple[int, int] = (512, 256), font_size: int = 40):
+    """Black text on white rendered by Pillow's built-in font (offline), one line per entry (tests and bench)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    lines = [lines] if isinstance(lines, str) else lines
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=font_size)
+    y = max(8, (size[1] - len(lines) * int(font_size * 1.5)) // 2)
+    for line in lines:
+        draw.text((16, y), line, fill="black", font=font)
+        y += int(font_size * 1.5)
+    return image
