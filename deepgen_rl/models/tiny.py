@@ -182,7 +182,7 @@ def _train_tokenizer():
 def _write_sft_checkpoint(paths: dict[str, str], deepgen_cfg: dict[str, Any], seed: int) -> None:
     """Checkpoint in the DeepGen SFT layout with every non-base tensor random (so each key matters)."""
     from .build import build_from_config
-    from .deepgen.checkpoint import to_legacy_layout
+    from .deepgen.checkpoint import export_sft_state_dict
 
     cfg = dict(deepgen_cfg, lmm_path=paths["qwen"], sd3_path=paths["sd3"], dtype="float32", init_seed=seed + 3)
     model = build_from_config(cfg)
@@ -194,6 +194,4 @@ def _write_sft_checkpoint(paths: dict[str, str], deepgen_cfg: dict[str, Any], se
         for name, param in model.lmm.named_parameters():
             if ".lora_" in name:
                 param.copy_(0.05 * torch.randn(param.shape, generator=gen))
-    state = {k: v for k, v in model.state_dict().items()
-             if not k.startswith("vae.") and not (k.startswith("lmm.") and ".lora_" not in k)}
-    torch.save(to_legacy_layout(state), paths["checkpoint"])
+    torch.save(export_sft_state_dict(model, legacy=True), paths["checkpoint"])

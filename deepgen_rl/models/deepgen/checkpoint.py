@@ -78,6 +78,18 @@ def to_legacy_layout(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.
     return {to_legacy_key(k): v for k, v in state_dict.items()}
 
 
+def is_sft_key(key: str) -> bool:
+    """True for the keys a DeepGen SFT checkpoint carries: all but the VLM base weights and the VAE."""
+    return not key.startswith("vae.") and not (key.startswith("lmm.") and ".lora_" not in key)
+
+
+def export_sft_state_dict(model: nn.Module, legacy: bool = True) -> dict[str, torch.Tensor]:
+    """``model``'s SFT-checkpoint tensors (VLM LoRA, connector, projectors, meta_queries, transformer.*), detached
+    on CPU; ``legacy=True`` writes the transformers-4.51 key layout the original DeepGen code reads."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items() if is_sft_key(k)}
+    return to_legacy_layout(state) if legacy else state
+
+
 def read_checkpoint(path: str) -> dict[str, torch.Tensor]:
     """Raw state dict of ``path``: a ``.pth``/``.pt``/``.bin`` (optionally {"state_dict"|"module": …}), a
     ``.safetensors`` file, or a ``deepgen_rl.checkpoint.v1`` directory (its ``dit.safetensors``, keys prefixed
@@ -125,18 +137,9 @@ def map_state_dict(state_dict: Mapping[str, torch.Tensor], model_keys: Iterable[
     return mapped, ignored, unexpected
 
 
-def _expected_keys(model: nn.Module, model_keys: Iterable[str], dit_only: bool) -> set[str]:
+def _expected_keys(model_keys: Iterable[str], dit_only: bool) -> set[str]:
     """Keys a full SFT checkpoint must provide: all but the VLM base weights and the VAE (loaded from_pretrained)."""
-    expected = set()
-    for key in model_keys:
-        if dit_only and not key.startswith("transformer."):
-            continue
-        if key.startswith("vae."):
-            continue
-        if key.startswith("lmm.") and ".lora_" not in key:
-            continue
-        expected.add(key)
-    return expected
+    return {k for k in model_keys if is_sft_key(k) and (not dit_only or k.startswith("transformer."))}
 
 
 def load_checkpoint(model: nn.Module, path: str) -> LoadReport:
@@ -157,7 +160,7 @@ def load_checkpoint(model: nn.Module, path: str) -> LoadReport:
     if bad_shapes:
         raise CheckpointKeyError(f"{path}: shape mismatch: {bad_shapes[:10]}")
     model.load_state_dict(mapped, strict=False)
-    expected = _expected_keys(model, own.keys(), dit_only=os.path.isdir(path))
+    expected = _expected_keys(own.keys(), dit_only=os.path.isdir(path))
     report = LoadReport(path=path, loaded=sorted(mapped), missing=sorted(expected - set(mapped)), ignored=ignored)
     logger.info("loaded %d tensors from %s (%d ignored)", len(report.loaded), path, len(ignored))
     if report.missing:
