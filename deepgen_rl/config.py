@@ -1,0 +1,171 @@
+"""Command-line arguments of ``python -m deepgen_rl.grpo_deepgen`` (parsed with ``HfArgumentParser``).
+
+Defaults are the DeepGen-RL seed recipe (docs/training.md). Every boolean can be switched both ways
+(``--flag true|false``; ``--no_flag`` for those defaulting to true). No environment variable changes the math.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+SAMPLERS = ("cps_sde", "flowgrpo_sde", "dance_sde")
+ADV_TYPES = ("gdpo", "grpo", "grpo_global_std", "reinforcepp")
+KL_TYPES = ("v-based", "x-based")
+ALGORITHMS = ("flowgrpo", "grpoguard", "diffusionnft")
+
+
+@dataclass
+class ModelArguments:
+    model_config: str = field(
+        default="configs/models/deepgen_sd35m_qwen25vl3b.py",
+        metadata={"help": "mmengine model config (.py); configs/models/deepgen_tiny.py builds a tiny CPU model"})
+    checkpoint: str | None = field(
+        default=None, metadata={"help": "DeepGen SFT checkpoint (.pth) or an RL checkpoint dir to start from"})
+
+
+@dataclass
+class DataArguments:
+    dataset_config: str = field(
+        default="assets/rl_datasets/deepgen/deepgen_train.yaml", metadata={"help": "training dataset YAML"})
+    eval_dataset_config: str | None = field(
+        default=None, metadata={"help": "evaluation dataset YAML (UniGenBench); empty/None disables evaluation"})
+    sftaux_dataset_config: str | None = field(
+        default=None, metadata={"help": "mmengine config of the SFT-auxiliary image-caption data"})
+
+
+@dataclass
+class GRPOConfig(TrainingArguments):
+    # ---- HF defaults changed to the seed recipe ----
+    output_dir: str = field(default="outputs/deepgen_rl", metadata={"help": "where checkpoints/logs/images go"})
+    learning_rate: float = field(default=2e-6, metadata={"help": "AdamW learning rate for the DiT"})
+    lr_scheduler_type: str = field(default="constant_with_warmup", metadata={"help": "HF LR schedule"})
+    gradient_checkpointing: bool = field(default=True, metadata={"help": "activation checkpointing in the DiT"})
+    logging_steps: float = field(default=1, metadata={"help": "log every N steps"})
+    save_steps: float = field(default=50, metadata={"help": "write checkpoint-N/ every N steps"})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "unused by the GRPO trainer"})
+    # ---- rollout ----
+    rollout_n: int = field(default=8, metadata={"help": "images per prompt (GRPO group size)"})
+    rollout_micro_batch_size: int = field(default=32, metadata={"help": "images per rank per rollout forward"})
+    rollout_global_batch_size: int | None = field(
+        default=None, metadata={"help": "images per step over all ranks (default: rollout_micro_batch_size x ranks)"})
+    num_inference_steps: int = field(default=50, metadata={"help": "denoising steps T of a rollout"})
+    image_height: int = field(default=512, metadata={"help": "generated image height"})
+    image_width: int = field(default=512, metadata={"help": "generated image width"})
+    cfg_scale: float = field(default=0.0, metadata={"help": "rollout CFG scale; <= 1 means conditional only"})
+    init_same_noise: bool = field(default=False, metadata={"help": "images of one prompt share the initial noise"})
+    trajectory_device: str = field(default="cpu", metadata={"help": "where rollout latents are kept: cpu or device"})
+    # ---- policy update ----
+    atrain_micro_batch_size: int = field(default=32, metadata={"help": "images per rank per training forward"})
+    atrain_num_actor_update_steps: int = field(
+        default=1, metadata={"help": "optimizer updates per rollout batch (each over all trained timesteps)"})
+    atrain_sde_sampler: str = field(default="cps_sde", metadata={"help": f"one of {SAMPLERS}"})
+    sde_eta: float = field(default=0.7, metadata={"help": "noise level eta of the SDE sampler"})
+    atrain_adv_type: str = field(default="gdpo", metadata={"help": f"one of {ADV_TYPES}"})
+    atrain_kl_type: str = field(default="v-based", metadata={"help": f"one of {KL_TYPES}"})
+    atrain_algorithm: str = field(default="flowgrpo", metadata={"help": f"one of {ALGORITHMS}"})
+    beta: float = field(default=5e-7, metadata={"help": "KL coefficient (0 disables the reference model)"})
+    clip_range: float = field(default=1e-4, metadata={"help": "PPO clip range c (ratio clipped to [1-c, 1+c])"})
+    adv_clip_max: float = field(default=5.0, metadata={"help": "advantages are clamped to +-adv_clip_max"})
+    timestep_fraction: float = field(default=0.6, metadata={"help": "fraction of the T steps trained per image"})
+    sde_window_size: int = field(
+        default=0, metadata={"help": ">0: only a window of this many steps is stochastic and trained (Flow-GRPO-Fast)"})
+    sde_window_range: str = field(
+        default="", metadata={"help": "'lo,hi' range of window start steps (default 0..T-1-window)"})
+    diffusionnft_beta: float = field(default=1.0, metadata={"help": "DiffusionNFT mixing coefficient"})
+    ema_decay: float = field(default=0.0, metadata={"help": "EMA decay of the DiT weights (0 = no EMA)"})
+    # ---- rewards ----
+    reward_kwargs: str = field(
+        default="{}", metadata={"help": "JSON object {reward_name: {kwarg: value}} passed to get_reward"})
+    reward_workers: int = field(default=4, metadata={"help": "threads computing rewards while rollout continues"})
+    # ---- SFT auxiliary ----
+    sftaux_coef: float = field(default=1e-4, metadata={"help": "lambda: loss = (1-lambda) L_grpo + lambda L_sft"})
+    sftaux_every_n_steps: int = field(default=1, metadata={"help": "add the SFT loss every N optimizer updates"})
+    sftaux_micro_batch_size: int = field(default=4, metadata={"help": "image-caption pairs per rank per SFT loss"})
+    # ---- evaluation / logging ----
+    eval_freq: int = field(default=10, metadata={"help": "evaluate every N steps (0 = never)"})
+    eval_inference_mode: str = field(default="ode", metadata={"help": "ode or sde sampling for evaluation"})
+    eval_max_prompts: int = field(default=0, metadata={"help": ">0: evaluate only the first N prompts per dataset"})
+    eval_judge: bool = field(default=True, metadata={"help": "score eval images with the UniGenBench judge"})
+    eval_at_start: bool = field(default=False, metadata={"help": "also evaluate before the first step"})
+    log_images_every: int = field(default=10, metadata={"help": "log a sample grid every N steps (0 = never)"})
+    auto_resume: bool = field(
+        default=True, metadata={"help": "resume from the newest complete checkpoint in output_dir if there is one"})
+    debug_checkpoint_delay_s: float = field(
+        default=0.0, metadata={"help": "testing only: sleep while a checkpoint is half written"})
+
+    def __post_init__(self):
+        # DeepSpeed is driven by the GRPO trainer itself (explicit accumulation boundary, one step per rollout), so
+        # the path is taken out of HF's hands: HF would otherwise build an accelerate DeepSpeed plugin and make
+        # from_pretrained partition the frozen VLM under ZeRO-3.
+        self.deepspeed_config = self.deepspeed
+        self.deepspeed = None
+        super().__post_init__()
+        if self.atrain_sde_sampler not in SAMPLERS:
+            raise ValueError(f"--atrain_sde_sampler must be one of {SAMPLERS}, got {self.atrain_sde_sampler!r}")
+        if self.atrain_adv_type not in ADV_TYPES:
+            raise ValueError(f"--atrain_adv_type must be one of {ADV_TYPES}, got {self.atrain_adv_type!r}")
+        if self.atrain_kl_type not in KL_TYPES:
+            raise ValueError(f"--atrain_kl_type must be one of {KL_TYPES}, got {self.atrain_kl_type!r}")
+        if self.atrain_algorithm not in ALGORITHMS:
+            raise ValueError(f"--atrain_algorithm must be one of {ALGORITHMS}, got {self.atrain_algorithm!r}")
+        if self.atrain_algorithm in ("grpoguard", "diffusionnft") and self.atrain_num_actor_update_steps != 1:
+            raise ValueError(f"--atrain_algorithm {self.atrain_algorithm} needs --atrain_num_actor_update_steps 1 "
+                             "(its old-policy terms are taken from the weights that sampled the rollout)")
+        if self.eval_inference_mode not in ("ode", "sde"):
+            raise ValueError("--eval_inference_mode must be ode or sde")
+        if self.trajectory_device not in ("cpu", "device"):
+            raise ValueError("--trajectory_device must be cpu or device")
+        if not 0.0 < self.timestep_fraction <= 1.0:
+            raise ValueError("--timestep_fraction must be in (0, 1]")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError("--ema_decay must be in [0, 1)")
+        if self.beta < 0 or not 0.0 <= self.sftaux_coef < 1.0:
+            raise ValueError("--beta must be >= 0 and --sftaux_coef in [0, 1)")
+        for name in ("rollout_n", "rollout_micro_batch_size", "atrain_micro_batch_size", "num_inference_steps",
+                     "atrain_num_actor_update_steps", "sftaux_every_n_steps", "sftaux_micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1")
+        if self.image_height % 16 or self.image_width % 16:
+            raise ValueError("--image_height/--image_width must be multiples of 16 (VAE x8, DiT patch 2)")
+        try:
+            kwargs = json.loads(self.reward_kwargs or "{}")
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--reward_kwargs is not valid JSON: {e}") from e
+        if not isinstance(kwargs, dict) or not all(isinstance(v, dict) for v in kwargs.values()):
+            raise ValueError("--reward_kwargs must be a JSON object of objects: {\"reward\": {\"kwarg\": value}}")
+        self.reward_kwargs_dict = kwargs
+
+    def window_range(self) -> tuple[int, int] | None:
+        if not self.sde_window_range:
+            return None
+        lo, hi = (int(x) for x in self.sde_window_range.split(","))
+        return lo, hi
+
+
+def batch_layout(args: GRPOConfig, world_size: int) -> dict:
+    """Images/prompts per rank and globally; raises a readable ValueError when they do not divide."""
+    global_images = args.rollout_global_batch_size or args.rollout_micro_batch_size * world_size
+    layout = {
+        "world_size": world_size, "rollout_n": args.rollout_n, "global_images": global_images,
+        "images_per_rank": global_images // world_size if world_size else 0,
+    }
+    layout["prompts_per_rank"] = layout["images_per_rank"] // args.rollout_n
+    layout["global_prompts"] = layout["prompts_per_rank"] * world_size
+
+    def explain(problem: str) -> ValueError:
+        return ValueError(
+            f"invalid batch layout: {problem}\n"
+            f"  ranks={world_size}  rollout_n={args.rollout_n} images/prompt\n"
+            f"  global: {global_images} images/step (--rollout_global_batch_size "
+            f"{args.rollout_global_batch_size or 'unset -> rollout_micro_batch_size x ranks'})\n"
+            f"  per rank: {global_images / world_size:g} images = {global_images / world_size / args.rollout_n:g} "
+            f"prompts; rollout micro-batch {args.rollout_micro_batch_size}, train micro-batch "
+            f"{args.atrain_micro_batch_size}\n"
+            f"  need: global images divisible by ranks x rollout_n ({world_size * args.rollout_n})")
+
+    if global_images % (world_size * args.rollout_n):
+        raise explain(f"{global_images} images cannot be split into whole prompt groups on {world_size} rank(s)")
+    return layout

@@ -1,0 +1,135 @@
+"""Rollout engine: sample ``rollout_n`` images per prompt and keep what training needs to re-score them.
+
+Each distinct prompt is encoded once (one VLM forward over the unique prompts of the rank); the optional CFG
+branch is one extra batched encoding of the empty prompt and runs in the same DiT forward as the conditional one.
+Stored per image: the T+1 trajectory latents (fp32, on CPU or the device) and the T per-step log-probs (fp32),
+exactly what ``sde_step(prev_sample=...)`` needs to recompute the log-probs with gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from PIL import Image
+from tqdm.auto import tqdm
+
+from deepgen_rl.rl.samplers import sde_step
+from deepgen_rl.utils.seeding import make_generator
+
+
+def guided_velocity(model, latents, sigma, cond, uncond=None, cfg_scale: float = 0.0, transformer=None):
+    """v = v_c (cfg_scale <= 1 or no uncond) or v_u + s (v_c - v_u), both branches in ONE batched DiT forward.
+
+    ``cond`` is the per-image Conditioning (B rows); ``uncond`` a Conditioning with one row (broadcast).
+    """
+    if uncond is None or cfg_scale <= 1.0:
+        return model.predict_velocity(latents, sigma, cond, transformer=transformer)
+    b = latents.shape[0]
+    both = type(cond).cat([cond, uncond.repeat_interleave(b) if len(uncond) == 1 else uncond])
+    v = model.predict_velocity(torch.cat([latents, latents]), torch.cat([sigma, sigma]), both, transformer=transformer)
+    v_c, v_u = v[:b], v[b:]
+    return v_u + cfg_scale * (v_c - v_u)
+
+
+def latents_to_pil(images: torch.Tensor) -> list[Image.Image]:
+    """(B,3,H,W) in [0,1] -> list of RGB PIL images."""
+    arr = (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+    return [Image.fromarray(a) for a in arr]
+
+
+@dataclass
+class RolloutBatch:
+    """One rank's rollout. N images, T steps."""
+    prompts: list[str]                 # (N) prompt of each image
+    metadata: list[dict]               # (N) dataset, group_id, prompt_index, ... per image
+    group_ids: torch.Tensor            # (N) int64, globally unique per prompt draw
+    cond_index: torch.Tensor           # (N) row of `cond` holding the image's prompt conditioning
+    cond: object                       # Conditioning of the unique prompts (U rows, on device)
+    uncond: object | None              # Conditioning of the empty prompt (1 row) when CFG is used
+    latents: torch.Tensor              # (N, T+1, C, h, w) fp32 trajectory x_T(noise) ... x_0
+    log_probs: torch.Tensor            # (N, T) fp32 log-prob of each step at rollout time
+    sigmas: torch.Tensor               # (T+1,) fp32 schedule 1 -> 0
+    stochastic: torch.Tensor           # (T,) bool, steps that used the SDE
+    images: list = field(default_factory=list)   # (N) PIL images decoded from x_0
+    num_prompt_encodings: int = 0      # prompts run through the VLM for this batch (uncond included)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+@torch.no_grad()
+def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigmas: torch.Tensor,
+            stochastic: torch.Tensor, sampler: str, eta: float, cfg_scale: float = 0.0, init_same_noise: bool = False,
+            height: int, width: int, seed: int, step: int, rank: int, transformer=None,
+            storage_device: str | torch.device = "cpu",
+            on_micro_batch: Callable[[list[int], list[Image.Image]], None] | None = None,
+            progress: bool = False) -> RolloutBatch:
+    """Generate ``rollout_n`` images for each of ``prompt_items`` (``PromptItem``-like: prompt, dataset, group_id).
+
+    Noise: x_T of image k of group g comes from a generator seeded by (seed, step, g[, k]) — shared within a
+    group when ``init_same_noise`` even if the group spans micro-batches, and distinct across ranks because group
+    ids are globally unique. SDE noise of micro-batch m comes from (seed, step, rank, m).
+    ``on_micro_batch(indices, images)`` is called as soon as a micro-batch is decoded (the trainer starts its
+    reward requests there, so HTTP latency hides behind the next micro-batches).
+    """
+    device = next(model.transformer.parameters()).device
+    dtype = next(model.transformer.parameters()).dtype
+    num_steps = sigmas.numel() - 1
+    unique_prompts: list[str] = []
+    where: dict[str, int] = {}
+    for it in prompt_items:
+        if it.prompt not in where:
+            where[it.prompt] = len(unique_prompts)
+            unique_prompts.append(it.prompt)
+    cond = model.encode_prompts(unique_prompts)
+    uncond = model.encode_prompts([""]) if cfg_scale > 1.0 else None
+    n_enc = len(unique_prompts) + (1 if uncond is not None else 0)
+
+    prompts, metadata, group_ids, cond_index = [], [], [], []
+    for it in prompt_items:
+        for k in range(rollout_n):
+            prompts.append(it.prompt)
+            metadata.append({"dataset": it.dataset, "group_id": it.group_id, "prompt_index": it.prompt_index,
+                             "sample_index": k})
+            group_ids.append(it.group_id)
+            cond_index.append(where[it.prompt])
+    n = len(prompts)
+    c, h, w = model.latent_shape(height, width)
+    store = torch.device(device) if str(storage_device) == "device" else torch.device(storage_device)
+    traj = torch.empty((n, num_steps + 1, c, h, w), dtype=torch.float32, device=store)
+    log_probs = torch.zeros((n, num_steps), dtype=torch.float32, device=store)
+    cond_index_t = torch.tensor(cond_index, dtype=torch.long)
+    images: list = [None] * n
+
+    starts = range(0, n, micro_batch_size)
+    bar = tqdm(total=len(starts) * num_steps, desc=f"rollout step {step}", disable=not progress, leave=False)
+    for m, s in enumerate(starts):
+        idx = list(range(s, min(s + micro_batch_size, n)))
+        x = torch.stack([
+            torch.randn((c, h, w), generator=make_generator(
+                "init", seed, step, metadata[i]["group_id"], *(() if init_same_noise else (metadata[i]["sample_index"],))))
+            for i in idx]).to(device=device, dtype=torch.float32)
+        gen = make_generator("sde", seed, step, rank, m, device=device)
+        mb_cond = cond.index_select(cond_index_t[idx].to(device))
+        traj[idx, 0] = x.to(store)
+        for t in range(num_steps):
+            sig = torch.full((len(idx),), float(sigmas[t]), device=device)
+            v = guided_velocity(model, x.to(dtype), sig, mb_cond, uncond, cfg_scale, transformer)
+            out = sde_step(sampler if bool(stochastic[t]) else "ode", v, x, float(sigmas[t]), float(sigmas[t + 1]),
+                           eta, generator=gen)
+            x = out.prev_sample
+            traj[idx, t + 1] = x.to(store)
+            log_probs[idx, t] = out.log_prob.to(store)
+            bar.update(1)
+        pil = latents_to_pil(model.decode_latents(x.to(dtype)))
+        for i, im in zip(idx, pil):
+            images[i] = im
+        if on_micro_batch is not None:
+            on_micro_batch(idx, pil)
+    bar.close()
+    return RolloutBatch(prompts=prompts, metadata=metadata, group_ids=torch.tensor(group_ids, dtype=torch.long),
+                        cond_index=cond_index_t, cond=cond, uncond=uncond, latents=traj, log_probs=log_probs,
+                        sigmas=sigmas.float().cpu(), stochastic=stochastic.cpu(), images=images,
+                        num_prompt_encodings=n_enc)

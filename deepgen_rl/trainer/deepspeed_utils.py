@@ -1,0 +1,75 @@
+"""DeepSpeed glue: resolve a shipped JSON config's "auto" values from the training arguments."""
+
+from __future__ import annotations
+
+import copy
+import json
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+
+def build_deepspeed_config(config, args, world_size: int) -> dict:
+    """Load ``config`` (path or dict) and fill every "auto" from ``args``.
+
+    The GRPO trainer drives gradient accumulation itself (``set_gradient_accumulation_boundary``), so DeepSpeed
+    sees micro-batch 1, accumulation 1 and ``train_batch_size = world_size``; the loss is already a mean over the
+    whole rollout batch when it reaches ``engine.backward``. Gradient clipping = ``--max_grad_norm``; bf16/fp16
+    follow ``--bf16`` / ``--fp16``. The optimizer and LR scheduler come from the HF trainer (``--learning_rate``,
+    ``--lr_scheduler_type`` ...) unless the JSON defines its own.
+    """
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        if not path.is_file():
+            raise FileNotFoundError(f"DeepSpeed config not found: {path}")
+        cfg = json.loads(path.read_text())
+    else:
+        cfg = copy.deepcopy(dict(config))
+    cfg["train_micro_batch_size_per_gpu"] = 1
+    cfg["gradient_accumulation_steps"] = 1
+    cfg["train_batch_size"] = world_size
+    if cfg.get("gradient_clipping", "auto") == "auto":
+        cfg["gradient_clipping"] = float(args.max_grad_norm or 0.0)
+    for key, flag in (("bf16", bool(args.bf16)), ("fp16", bool(args.fp16))):
+        section = cfg.setdefault(key, {})
+        if section.get("enabled", "auto") == "auto":
+            section["enabled"] = flag
+    cfg["zero_allow_untested_optimizer"] = True
+    cfg.setdefault("steps_per_print", 10**9)
+    cfg.setdefault("wall_clock_breakdown", False)
+
+    def resolve(node):
+        if isinstance(node, dict):
+            for k, v in list(node.items()):
+                if v == "auto":
+                    node[k] = _auto_value(k, args)
+                else:
+                    resolve(v)
+
+    resolve(cfg)
+    return cfg
+
+
+def _auto_value(key: str, args):
+    table = {"lr": args.learning_rate, "weight_decay": args.weight_decay,
+             "betas": [args.adam_beta1, args.adam_beta2], "eps": args.adam_epsilon,
+             "warmup_max_lr": args.learning_rate, "warmup_min_lr": 0.0}
+    if key in table:
+        return table[key]
+    if key in ("reduce_bucket_size", "stage3_prefetch_bucket_size"):
+        return int(5e7)
+    if key == "stage3_param_persistence_threshold":
+        return int(1e5)
+    raise ValueError(f"DeepSpeed config: no rule to resolve \"auto\" for {key!r}; set a value")
+
+
+@contextmanager
+def gathered_params(module, zero_stage: int):
+    """Full parameters of ``module`` inside the block (ZeRO-3 gathers them; other stages already have them)."""
+    if zero_stage == 3:
+        import deepspeed
+
+        ctx = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+    else:
+        ctx = nullcontext()
+    with ctx:
+        yield

@@ -1,0 +1,52 @@
+"""Evaluation inside training: every rank generates its shard, judges it, verdicts are all-gathered (JSON)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import torch
+
+from deepgen_rl.evaluation.config import load_eval_config
+from deepgen_rl.evaluation.runner import run_unigenbench_eval
+from deepgen_rl.utils import dist
+
+log = logging.getLogger(__name__)
+
+
+def _ema_transformer(trainer):
+    """A copy of the DiT holding the EMA weights (None when EMA is off or the DiT is ZeRO-3 partitioned)."""
+    if trainer.ema is None:
+        return None
+    if trainer.zero_stage == 3:
+        log.warning("EMA evaluation under ZeRO-3 is not supported; evaluating the live weights")
+        return None
+    module = copy.deepcopy(trainer.dit_module).eval().requires_grad_(False)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(trainer.ema[name].to(p.dtype))
+    return module
+
+
+def run_training_eval(trainer, step: int) -> dict:
+    args = trainer.args
+    specs = load_eval_config(trainer.eval_dataset_config)
+    if args.eval_max_prompts > 0:
+        for spec in specs:
+            spec.prompts = spec.prompts[: args.eval_max_prompts]
+    transformer = _ema_transformer(trainer) or trainer.dit_module
+    was_training = trainer.dit_module.training
+    trainer.dit_module.eval()
+    try:
+        with torch.no_grad(), trainer._autocast():
+            metrics = run_unigenbench_eval(
+                trainer.deepgen, specs, Path(args.output_dir) / "eval", step, rank=trainer.rank,
+                world_size=trainer.world, barrier_fn=dist.barrier, gather_fn=dist.all_gather_json,
+                transformer=transformer, height=args.image_height, width=args.image_width, seed=args.seed,
+                judge=args.eval_judge, inference_mode=args.eval_inference_mode, eta=args.sde_eta,
+                sampler=args.atrain_sde_sampler, batch_size=args.rollout_micro_batch_size,
+                progress=trainer.rank == 0 and not args.disable_tqdm)
+    finally:
+        trainer.dit_module.train(was_training)
+    return metrics

@@ -1,0 +1,390 @@
+"""DeepGenGRPOTrainer: MR-GRPO for DeepGen. Reads like the algorithm:
+
+    rollout -> rewards (overlapping the rollout) -> global advantages -> policy update (ONE optimizer step) -> log
+
+It subclasses ``transformers.Trainer`` for arguments, optimizer/scheduler construction, callbacks and loggers
+(``report_to``), and replaces ``train()`` with the GRPO loop (a rollout batch is not a dataloader batch, and the
+update must step the optimizer exactly once per rollout batch, also under DeepSpeed, whose accumulation boundary
+is driven explicitly here).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from transformers import Trainer
+from transformers.utils import logging
+
+from deepgen_rl.config import GRPOConfig, batch_layout
+from deepgen_rl.data.prompts import DistributedPromptSampler, load_train_config
+from deepgen_rl.rewards import compute_weighted_rewards, get_reward
+from deepgen_rl.rl.advantages import compute_advantages
+from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask, trained_step_indices
+from deepgen_rl.rollout import rollout
+from deepgen_rl.trainer import checkpointing as ckpt
+from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, gathered_params
+from deepgen_rl.trainer.policy import policy_piece_loss
+from deepgen_rl.trainer.visuals import save_sample_grid
+from deepgen_rl.utils import dist
+from deepgen_rl.utils.seeding import make_generator
+
+logger = logging.get_logger(__name__)
+
+
+class DeepGenGRPOTrainer(Trainer):
+    """Trains ``model.transformer`` (the DiT) of a DeepGen model with MR-GRPO."""
+
+    def __init__(self, model, args: GRPOConfig, *, dataset_config: str, eval_dataset_config: str | None = None,
+                 sftaux_dataset_config: str | None = None, rewards: dict | None = None, run_configs: dict | None = None,
+                 callbacks=None):
+        dist.init_process_group_if_needed()
+        self.deepgen = model
+        self.rank, self.world = dist.rank(), dist.world_size()
+        self.layout = batch_layout(args, self.world)
+        self.data_config = load_train_config(dataset_config)
+        self.reward_names = self.data_config.reward_names
+        self.sampler = DistributedPromptSampler(self.data_config, self.layout["prompts_per_rank"], rank=self.rank,
+                                                world_size=self.world, seed=args.seed)
+        if rewards is None:
+            rewards = {n: get_reward(n, **args.reward_kwargs_dict.get(n, {})) for n in self.reward_names}
+        missing = [n for n in self.reward_names if n not in rewards]
+        if missing:
+            raise ValueError(f"no reward object for {missing} (named in {dataset_config})")
+        self.rewards = rewards
+        self.eval_dataset_config = eval_dataset_config or None
+        self.sftaux_dataset_config = sftaux_dataset_config or None
+        self.run_configs = run_configs or {}
+        self.device = args.device
+        model.freeze_non_trainable()
+        model.to(self.device)
+        dit = model.transformer
+        dit.requires_grad_(True)
+        dit.train()
+        if args.gradient_checkpointing:
+            model.enable_gradient_checkpointing()
+        super().__init__(model=dit, args=args, callbacks=callbacks)
+        self.counters = {"optimizer_steps": 0, "vlm_prompt_encodings": 0, "skipped_updates": 0}
+        self.engine = None
+        self.ref_dit = None
+        self.ema = None
+        self.sftaux = None
+
+    # ------------------------------------------------------------------ set-up
+    def _setup_optimization(self, max_steps: int):
+        args = self.args
+        updates = max_steps * args.atrain_num_actor_update_steps
+        dit = self.deepgen.transformer
+        if args.beta > 0:
+            self.ref_dit = copy.deepcopy(dit).requires_grad_(False).eval()
+        self.create_optimizer()
+        self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
+        if args.deepspeed_config:
+            import deepspeed
+
+            ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world)
+            self.engine, self.optimizer, _, self.lr_scheduler = deepspeed.initialize(
+                model=dit, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler, config=ds_config,
+                dist_init_required=False)
+            self.zero_stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
+        else:
+            self.zero_stage = 0
+        if args.ema_decay > 0:
+            with gathered_params(self.dit_module, self.zero_stage):
+                self.ema = {n: p.detach().float().clone() for n, p in self.dit_module.named_parameters()}
+        if args.sftaux_coef > 0 and self.sftaux_dataset_config:
+            from deepgen_rl.sft.aux import SFTAuxiliary
+
+            self.sftaux = SFTAuxiliary(self.sftaux_dataset_config, self.deepgen, rank=self.rank,
+                                       world_size=self.world, seed=args.seed,
+                                       micro_batch_size=args.sftaux_micro_batch_size)
+        elif args.sftaux_coef > 0:
+            logger.warning("sftaux_coef > 0 but no --sftaux_dataset_config: the SFT-auxiliary loss is off")
+
+    def is_world_process_zero(self) -> bool:
+        return self.rank == 0
+
+    def is_local_process_zero(self) -> bool:
+        return dist.local_rank() == 0
+
+    @property
+    def dit_module(self):
+        return self.engine.module if self.engine is not None else self.deepgen.transformer
+
+    def _autocast(self):
+        if self.args.bf16 and torch.cuda.is_available() and self.engine is None:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    # ------------------------------------------------------------------ main loop
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
+        args = self.args
+        steps_per_epoch = self.sampler.steps_per_epoch
+        max_steps = args.max_steps if args.max_steps and args.max_steps > 0 else int(
+            math.ceil(args.num_train_epochs * steps_per_epoch))
+        if self.rank == 0:
+            logger.warning(
+                f"MR-GRPO: {self.world} rank(s); per step {self.layout['global_prompts']} prompts x {args.rollout_n} "
+                f"= {self.layout['global_images']} images ({self.layout['prompts_per_rank']} prompts / "
+                f"{self.layout['images_per_rank']} images per rank); {steps_per_epoch} steps/epoch; {max_steps} steps")
+        self._setup_optimization(max_steps)
+        self.state.max_steps = max_steps
+        self.state.global_step = 0
+        start_step = self._maybe_resume(resume_from_checkpoint)
+        # accelerate may not see the torchrun group on CPU: the rank decides who logs
+        self.state.is_world_process_zero = self.rank == 0
+        self.state.is_local_process_zero = dist.local_rank() == 0
+        self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
+        self._executor = ThreadPoolExecutor(max_workers=max(1, args.reward_workers), thread_name_prefix="reward")
+        self.history: list[dict] = []
+        try:
+            if args.eval_at_start and start_step == 0:
+                self._maybe_eval(0, force=True)
+            for step in range(start_step, max_steps):
+                metrics = self.grpo_step(step)
+                self.state.global_step = step + 1
+                self.state.epoch = (step + 1) / steps_per_epoch
+                self.history.append(metrics)
+                self.log(metrics)
+                self.control = self.callback_handler.on_step_end(args, self.state, self.control)
+                if args.save_steps and (step + 1) % int(args.save_steps) == 0:
+                    self.save_checkpoint(step + 1)
+                self._maybe_eval(step + 1)
+                if self.control.should_training_stop:
+                    break
+            if self.state.global_step and not ckpt.final_dir_for(args.output_dir, self.state.global_step).exists():
+                self.save_checkpoint(self.state.global_step)
+        finally:
+            self._executor.shutdown(wait=True)
+        self.control = self.callback_handler.on_train_end(args, self.state, self.control)
+        return self.history
+
+    # ------------------------------------------------------------------ one GRPO step
+    def grpo_step(self, step: int) -> dict:
+        args, model = self.args, self.deepgen
+        t0 = time.perf_counter()
+        items = self.sampler.next_batch()
+        sigmas = make_sigmas(args.num_inference_steps, model.scheduler_shift)
+        T = args.num_inference_steps
+        window = sde_window(T, args.sde_window_size, args.window_range(),
+                            make_generator("window", args.seed, step)) if args.sde_window_size > 0 else None
+        stochastic = torch.tensor(stochastic_step_mask(T, window))
+        trained = trained_step_indices(
+            T, timestep_fraction=None if window else args.timestep_fraction, window=window,
+            generator=make_generator("timesteps", args.seed, step, self.rank))
+
+        # per-image reward weights (N, K) from each image's dataset
+        weights_per_prompt = [[self.data_config.datasets[it.dataset_index].reward_weights.get(n, 0.0)
+                               for n in self.reward_names] for it in items]
+        weights = torch.tensor([w for w in weights_per_prompt for _ in range(args.rollout_n)], dtype=torch.float32)
+        futures: list[tuple[list[int], Future]] = []
+        prompts_flat = [it.prompt for it in items for _ in range(args.rollout_n)]
+        meta_flat = [{"dataset": it.dataset, "group_id": it.group_id, "prompt_index": it.prompt_index,
+                      "sample_index": k} for it in items for k in range(args.rollout_n)]
+
+        def submit(idx, images):
+            futures.append((idx, self._executor.submit(
+                compute_weighted_rewards, self.rewards, images, [prompts_flat[i] for i in idx],
+                [meta_flat[i] for i in idx], weights[idx], self.reward_names)))
+
+        self.dit_module.eval()
+        with self._autocast():
+            batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.rollout_micro_batch_size,
+                            sigmas=sigmas, stochastic=stochastic, sampler=args.atrain_sde_sampler, eta=args.sde_eta,
+                            cfg_scale=args.cfg_scale, init_same_noise=args.init_same_noise,
+                            height=args.image_height, width=args.image_width, seed=args.seed, step=step,
+                            rank=self.rank, transformer=self.dit_module,
+                            storage_device=args.trajectory_device if args.trajectory_device == "cpu" else self.device,
+                            on_micro_batch=submit, progress=self.rank == 0 and not args.disable_tqdm)
+        self.counters["vlm_prompt_encodings"] += batch.num_prompt_encodings
+        t_rollout = time.perf_counter()
+
+        n, K = len(batch), len(self.reward_names)
+        scores = torch.zeros(n, K)
+        valid = torch.zeros(n, K, dtype=torch.bool)
+        reward_info: dict = {}
+        for idx, fut in futures:
+            out = fut.result()
+            scores[idx] = out.scores
+            valid[idx] = out.valid
+            for name, info in out.info.get("per_reward", {}).items():
+                acc = reward_info.setdefault(name, {"num_scored": 0, "num_failed": 0, "num_skipped": 0,
+                                                    "latency_s": 0.0})
+                for key in acc:
+                    acc[key] += info.get(key, 0)
+        t_reward = time.perf_counter()
+
+        # ---- global advantages (gathered over ranks: groups and batch statistics are global)
+        g_scores, g_valid = dist.all_gather_cat(scores), dist.all_gather_cat(valid)
+        g_weights, g_groups = dist.all_gather_cat(weights), dist.all_gather_cat(batch.group_ids)
+        adv_out = compute_advantages(args.atrain_adv_type, g_scores, g_weights, g_groups, g_valid,
+                                     clip_max=args.adv_clip_max)
+        advantages = adv_out.advantages[self.rank * n:(self.rank + 1) * n].float()
+
+        # ---- policy update(s): exactly one optimizer step each
+        update_stats = [self._policy_update(batch, advantages, trained, step, u)
+                        for u in range(args.atrain_num_actor_update_steps)]
+        t_update = time.perf_counter()
+
+        metrics = self._step_metrics(batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out,
+                                     reward_info, update_stats, t0, t_rollout, t_reward, t_update)
+        if args.log_images_every and (step + 1) % args.log_images_every == 0 and self.rank == 0:
+            total = (scores * weights * valid).sum(1)
+            save_sample_grid(batch.images, batch.prompts, total.tolist(),
+                             Path(args.output_dir) / "samples" / f"step_{step + 1}.png",
+                             report_to=args.report_to, step=step + 1)
+        return metrics
+
+    def _policy_update(self, batch, advantages, trained, step: int, update_index: int) -> dict:
+        args, model = self.args, self.deepgen
+        dit = self.dit_module
+        dit.train()
+        n = len(batch)
+        mbs = [list(range(s, min(s + args.atrain_micro_batch_size, n)))
+               for s in range(0, n, args.atrain_micro_batch_size)]
+        lam = args.sftaux_coef if self.sftaux is not None and (
+            self.counters["optimizer_steps"] % args.sftaux_every_n_steps == 0) else 0.0
+        pieces = [(mb, j) for mb in mbs for j in trained]
+        acc: dict[str, float] = {}
+        nonfinite = 0
+        total_backward = len(pieces) + (1 if lam > 0 else 0)
+        done = 0
+        for mb, j in pieces:
+            with self._autocast():
+                loss, stats = policy_piece_loss(self, batch, advantages, mb, j)
+            scale = (1.0 - lam) * len(mb) / n / len(trained)
+            finite = self._all_finite(loss)
+            done += 1
+            if not finite:
+                nonfinite += 1
+                continue
+            self._backward(loss * scale, is_last=done == total_backward)
+            for k, v in stats.items():
+                acc[k] = acc.get(k, 0.0) + v * len(mb) / n / len(trained)
+            if update_index == 0 and j == trained[0]:
+                acc["first_ratio_max_abs_dev"] = max(acc.get("first_ratio_max_abs_dev", 0.0),
+                                                     stats.get("ratio_max_abs_dev", 0.0))
+        if lam > 0:
+            with self._autocast():
+                sft_loss, sft_stats = self.sftaux.loss(transformer=dit)
+            done += 1
+            if self._all_finite(sft_loss):
+                self._backward(sft_loss * lam, is_last=True)
+                acc["sft_loss"] = float(sft_loss.detach())
+            else:
+                nonfinite += 1
+        acc["nonfinite_losses"] = float(nonfinite)
+        skip = nonfinite == total_backward
+        acc["grad_norm"] = self._optimizer_step(skip)
+        return acc
+
+    def _all_finite(self, loss: torch.Tensor) -> bool:
+        flag = torch.tensor([0.0 if torch.isfinite(loss.detach()).all() else 1.0])
+        if dist.is_dist():
+            flag = dist.all_gather_cat(flag).max().reshape(1)
+        return bool(flag.item() == 0.0)
+
+    def _backward(self, loss: torch.Tensor, *, is_last: bool) -> None:
+        if self.engine is not None:
+            self.engine.set_gradient_accumulation_boundary(is_last)
+            self.engine.backward(loss)
+        else:
+            loss.backward()
+
+    def _optimizer_step(self, skip: bool) -> float:
+        """ONE optimizer update (plus LR scheduler and EMA). Returns the gradient norm (before clipping)."""
+        args = self.args
+        if skip:
+            self.counters["skipped_updates"] += 1
+            if self.engine is None:
+                self.optimizer.zero_grad(set_to_none=True)
+            return float("nan")
+        if self.engine is not None:
+            self.engine.set_gradient_accumulation_boundary(True)
+            self.engine.step()
+            norm = self.engine.get_global_grad_norm()
+            grad_norm = float(norm) if norm is not None else float("nan")
+        else:
+            params = [p for p in self.deepgen.transformer.parameters() if p.requires_grad]
+            if dist.is_dist():
+                for p in params:
+                    if p.grad is not None:
+                        torch.distributed.all_reduce(p.grad)
+                        p.grad /= self.world
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm or float("inf")))
+            self.optimizer.step()
+            self.lr_scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.counters["optimizer_steps"] += 1
+        if self.ema is not None:
+            d = args.ema_decay
+            with torch.no_grad(), gathered_params(self.dit_module, self.zero_stage):
+                for name, p in self.dit_module.named_parameters():
+                    self.ema[name].mul_(d).add_(p.detach().float(), alpha=1 - d)
+        return grad_norm
+
+    # ------------------------------------------------------------------ metrics
+    def _step_metrics(self, batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out, reward_info,
+                      update_stats, t0, t_rollout, t_reward, t_update) -> dict:
+        m: dict[str, float] = {}
+        w_valid = g_weights * g_valid
+        total = (g_scores * w_valid).sum(1) / g_weights.sum(1).clamp_min(1e-12)
+        m["reward/total"] = float(total.mean())
+        for k, name in enumerate(self.reward_names):
+            sel = g_valid[:, k]
+            m[f"reward/{name}"] = float(g_scores[sel, k].mean()) if sel.any() else float("nan")
+            asked = g_weights[:, k] > 0
+            m[f"reward_failures/{name}"] = float((asked & ~g_valid[:, k]).sum())
+            m[f"reward_calls/{name}"] = float(asked.sum())
+        local_total = (scores * weights * valid).sum(1) / weights.sum(1).clamp_min(1e-12)
+        for d, ds in enumerate(self.data_config.datasets):
+            sel = torch.tensor([md["dataset"] == ds.name for md in batch.metadata])
+            if sel.any():
+                m[f"reward_by_dataset/{ds.name}"] = float(local_total[sel].mean())
+        for k, v in adv_out.stats.items():
+            if isinstance(v, (int, float)):
+                m[f"advantage/{k}"] = float(v)
+        train = {k: float(sum(u.get(k, 0.0) for u in update_stats) / len(update_stats)) for k in update_stats[0]}
+        train = dist.all_reduce_mean(train)  # rank-local stats -> means over ranks
+        m.update({f"train/{k}": v for k, v in train.items()})
+        m["train/first_ratio_max_abs_dev"] = update_stats[0].get("first_ratio_max_abs_dev", 0.0)
+        m["train/optimizer_steps"] = float(self.counters["optimizer_steps"])
+        m["train/skipped_updates"] = float(self.counters["skipped_updates"])
+        m["train/vlm_prompt_encodings"] = float(batch.num_prompt_encodings)
+        m["train/lr"] = float(self.lr_scheduler.get_last_lr()[0]) if self.lr_scheduler is not None else 0.0
+        m["time/rollout_s"] = t_rollout - t0
+        m["time/reward_wait_s"] = t_reward - t_rollout
+        m["time/update_s"] = t_update - t_reward
+        m["time/step_s"] = t_update - t0
+        m["time/images_per_s"] = len(batch) * self.world / max(t_update - t0, 1e-9)
+        return m
+
+    # ------------------------------------------------------------------ evaluation
+    def _maybe_eval(self, step: int, force: bool = False) -> None:
+        args = self.args
+        if not self.eval_dataset_config or (not force and (not args.eval_freq or step % args.eval_freq)):
+            return
+        from deepgen_rl.trainer.eval_hook import run_training_eval
+
+        metrics = run_training_eval(self, step)
+        if metrics:
+            self.log(metrics)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, step: int) -> Path:
+        from deepgen_rl.trainer.checkpoint_io import save_training_checkpoint
+
+        return save_training_checkpoint(self, step)
+
+    def _maybe_resume(self, resume_from_checkpoint) -> int:
+        from deepgen_rl.trainer.checkpoint_io import find_resume_checkpoint, load_training_checkpoint
+
+        path = find_resume_checkpoint(self.args.output_dir, resume_from_checkpoint)
+        if path is None:
+            return 0
+        return load_training_checkpoint(self, path)

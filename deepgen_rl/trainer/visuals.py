@@ -1,0 +1,57 @@
+"""Sample grids (PNG in the output dir, and to wandb/swanlab when they are active)."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+log = logging.getLogger(__name__)
+
+
+def make_grid(images: list[Image.Image], captions: list[str], *, columns: int = 8, thumb: int = 128) -> Image.Image:
+    """Images in a grid, each with a short caption below it."""
+    n = len(images)
+    columns = max(1, min(columns, n))
+    rows = (n + columns - 1) // columns
+    cap_h = 44
+    font = ImageFont.load_default(size=10)
+    grid = Image.new("RGB", (columns * thumb, rows * (thumb + cap_h)), "white")
+    draw = ImageDraw.Draw(grid)
+    for i, (im, cap) in enumerate(zip(images, captions)):
+        r, c = divmod(i, columns)
+        x, y = c * thumb, r * (thumb + cap_h)
+        grid.paste(im.convert("RGB").resize((thumb, thumb)), (x, y))
+        lines = textwrap.wrap(cap, width=max(8, thumb // 6))[:3]
+        draw.multiline_text((x + 2, y + thumb + 1), "\n".join(lines), fill="black", font=font, spacing=1)
+    return grid
+
+
+def save_sample_grid(images, prompts, rewards, path: Path, *, report_to=(), step: int = 0, max_images: int = 32):
+    images, prompts, rewards = images[:max_images], prompts[:max_images], rewards[:max_images]
+    captions = [f"{r:.3f} | {p}" for p, r in zip(prompts, rewards)]
+    grid = make_grid(images, captions)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part.png")
+    grid.save(tmp)
+    tmp.replace(path)
+    report_to = list(report_to or [])
+    if "wandb" in report_to:
+        try:
+            import wandb
+
+            if wandb.run is not None:
+                wandb.log({"samples": wandb.Image(grid, caption=f"step {step}")}, step=step)
+        except Exception as e:  # logging images must never stop training, but say so
+            log.warning("could not log the sample grid to wandb: %s", e)
+    if "swanlab" in report_to:
+        try:
+            import swanlab
+
+            if swanlab.get_run() is not None:
+                swanlab.log({"samples": swanlab.Image(grid, caption=f"step {step}")}, step=step)
+        except Exception as e:
+            log.warning("could not log the sample grid to swanlab: %s", e)
+    return path

@@ -1,0 +1,92 @@
+"""Small torch.distributed helpers that degrade to no-ops in a single process."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def is_dist() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_dist() else int(os.environ.get("RANK", 0))
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_dist() else int(os.environ.get("WORLD_SIZE", 1))
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def init_process_group_if_needed(timeout_s: int = 1800) -> None:
+    """Initialise the default group from torchrun's env (nccl with CUDA, gloo on CPU)."""
+    if is_dist() or int(os.environ.get("WORLD_SIZE", 1)) <= 1:
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank())
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def barrier() -> None:
+    if is_dist():
+        dist.barrier()
+
+
+def _comm_device() -> torch.device:
+    if is_dist() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_gather_cat(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate equally shaped tensors from all ranks along dim 0, in rank order (returns on t's device)."""
+    if not is_dist():
+        return t
+    dev = _comm_device()
+    x = t.to(dev).contiguous()
+    bool_in = x.dtype == torch.bool
+    if bool_in:
+        x = x.to(torch.uint8)
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, x)
+    y = torch.cat(out, 0)
+    if bool_in:
+        y = y.bool()
+    return y.to(t.device)
+
+
+def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
+    if not is_dist() or not values:
+        return values
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t)
+    t /= dist.get_world_size()
+    return dict(zip(keys, t.tolist()))
+
+
+def all_gather_json(obj) -> list:
+    """All-gather a JSON-serialisable object (no pickle): every rank gets [obj_rank0, obj_rank1, ...]."""
+    import json
+
+    if not is_dist():
+        return [json.loads(json.dumps(obj))]
+    dev = _comm_device()
+    payload = torch.tensor(list(json.dumps(obj).encode("utf-8")), dtype=torch.uint8, device=dev)
+    size = torch.tensor([payload.numel()], dtype=torch.long, device=dev)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = int(max(s.item() for s in sizes))
+    padded = torch.zeros(longest, dtype=torch.uint8, device=dev)
+    padded[: payload.numel()] = payload
+    out = [torch.zeros_like(padded) for _ in sizes]
+    dist.all_gather(out, padded)
+    return [json.loads(bytes(o[: int(s.item())].cpu().tolist()).decode("utf-8")) for o, s in zip(out, sizes)]
