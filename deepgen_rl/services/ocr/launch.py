@@ -66,7 +66,7 @@ class OcrServiceProcess:
         self.stop()
 
 
-def render_text_image(lines: str | list[str], size: tuple[int, int] = (512, 256), font_size: int = 40):
+def render_text_image(lines: str | list[str], size: tuple[int, int] = (384, 384), font_size: int = 40):
     """Black text on white rendered by Pillow's built-in font (offline), one line per entry (tests and bench)."""
     from PIL import Image, ImageDraw, ImageFont
 
