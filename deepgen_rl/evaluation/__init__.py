@@ -2,24 +2,24 @@
 
 Entry points: :func:`load_eval_config`, :func:`generate_eval_images`, :func:`run_unigenbench_eval` (trainer),
 ``python -m deepgen_rl.evaluation.unigenbench`` (score an existing image folder).
+Names are imported lazily so the standalone judge CLI does not import torch.
 """
 
-from deepgen_rl.evaluation.config import (
-    EvalDatasetSpec,
-    EvalPrompt,
-    EvalTestPoint,
-    MalformedRow,
-    load_eval_config,
-    load_prompt_file,
-    load_unigenbench_csv,
-)
-from deepgen_rl.evaluation.generate import EvalImageRecord, generate_eval_images, item_seed
-from deepgen_rl.evaluation.metrics import compute_unigenbench_summary, summary_to_metrics
-from deepgen_rl.evaluation.runner import run_unigenbench_eval
-from deepgen_rl.evaluation.unigenbench import JudgeConfig, Judgment, UniGenBenchJudge, score_image_folder
+from importlib import import_module
 
-__all__ = [
-    "EvalDatasetSpec", "EvalPrompt", "EvalTestPoint", "MalformedRow", "load_eval_config", "load_prompt_file",
-    "load_unigenbench_csv", "EvalImageRecord", "generate_eval_images", "item_seed", "compute_unigenbench_summary",
-    "summary_to_metrics", "run_unigenbench_eval", "JudgeConfig", "Judgment", "UniGenBenchJudge", "score_image_folder",
-]
+_EXPORTS = {
+    "config": ["EvalDatasetSpec", "EvalPrompt", "EvalTestPoint", "MalformedRow", "load_eval_config",
+               "load_prompt_file", "load_unigenbench_csv"],
+    "generate": ["EvalImageRecord", "generate_eval_images", "item_seed"],
+    "metrics": ["compute_unigenbench_summary", "summary_to_metrics", "write_eval_reports"],
+    "runner": ["run_unigenbench_eval"],
+    "unigenbench": ["JudgeConfig", "Judgment", "UniGenBenchJudge", "score_image_folder"],
+}
+_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
