@@ -71,7 +71,9 @@ def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, 
     else:
         from mmengine.config import Config
 
-        cfg = Config.fromfile(model_config).to_dict()
+        # lazy_import=False: the real config imports `os` to read its two env vars; mmengine would otherwise treat
+        # the import as a lazy (new-style) config and refuse to call os.environ.get at parse time.
+        cfg = Config.fromfile(model_config, lazy_import=False).to_dict()
     unknown = sorted(set(overrides) - set(cfg))
     if unknown:
         raise KeyError(f"override(s) {unknown} are not keys of the model config {model_config}")
