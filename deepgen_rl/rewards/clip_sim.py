@@ -51,7 +51,7 @@ class ClipSimilarityReward(Reward):
         self._lock = threading.Lock()
 
     def _tokenize(self, prompts: list[str]) -> tuple[dict, int]:
-        lengths = [len(ids) for ids in self.tokenizer(prompts, truncation=False)["input_ids"]]
+        lengths = [len(ids) for ids in self.tokenizer(prompts, truncation=False, verbose=False)["input_ids"]]
         batch = self.tokenizer(prompts, padding="max_length", truncation=True, max_length=self.max_length,
                                return_tensors="pt")
         num_truncated = sum(length > self.max_length for length in lengths)

@@ -1,0 +1,83 @@
+"""clip_sim with a tiny random CLIP (built offline, saved with save_pretrained, loaded back)."""
+import pytest
+import torch
+from PIL import Image
+
+from deepgen_rl.rewards import get_reward
+
+WORDS = [f"w{i}" for i in range(200)] + ["a", "photo", "of", "red", "cat", "dog"]
+
+
+def build_tiny_clip(out_dir) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, PreTrainedTokenizerFast
+
+    specials = ["<|startoftext|>", "<|endoftext|>", "<pad>", "<unk>"]
+    vocab = {tok: i for i, tok in enumerate(specials + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|startoftext|> $A <|endoftext|>",
+        special_tokens=[("<|startoftext|>", vocab["<|startoftext|>"]), ("<|endoftext|>", vocab["<|endoftext|>"])],
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|startoftext|>", eos_token="<|endoftext|>",
+                                        pad_token="<pad>", unk_token="<unk>", model_max_length=77)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=77, bos_token_id=vocab["<|startoftext|>"],
+                         eos_token_id=vocab["<|endoftext|>"], pad_token_id=vocab["<pad>"]),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=16,
+    )
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(out_dir)
+    return str(out_dir)
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory):
+    return build_tiny_clip(tmp_path_factory.mktemp("tiny_clip"))
+
+
+def images(n):
+    return [Image.new("RGB", (40 + i, 48), (30 * i % 256, 200, 90)) for i in range(n)]
+
+
+def test_scores_shape_range_and_determinism(clip_dir):
+    reward = get_reward("clip_sim", model_name_or_path=clip_dir, batch_size=3)
+    prompts = ["a photo of a red cat", "a photo of a dog", "w1 w2 w3", "cat", "dog dog", "a"]
+    out = reward(images(6), prompts, [{}] * 6)
+    assert out.scores.shape == (6,) and out.scores.dtype == torch.float32 and out.valid.all()
+    assert ((out.scores >= -1) & (out.scores <= 1)).all()
+    assert out.info["num_truncated"] == 0 and out.info["num_scored"] == 6
+    # batching does not change the result
+    assert torch.allclose(get_reward("clip_sim", model_name_or_path=clip_dir, batch_size=6)(images(6), prompts,
+                                                                                           [{}] * 6).scores,
+                          out.scores, atol=1e-5)
+
+
+def test_long_prompt_is_truncated_keeping_end_of_text_and_counted(clip_dir):
+    reward = get_reward("clip_sim", model_name_or_path=clip_dir)
+    long_prompt = " ".join(WORDS[:150])  # 150 tokens + bos/eos > 77
+    cut_prompt = " ".join(WORDS[:75])  # what survives: bos + 75 words + eos = 77
+    image = images(1)[0]
+    out = reward([image, image, image], [long_prompt, cut_prompt, "a cat"], [{}] * 3)
+    assert out.info["num_truncated"] == 1
+    assert out.scores[0].item() == pytest.approx(out.scores[1].item(), abs=1e-6)
+    batch, truncated = reward._tokenize([long_prompt])
+    assert truncated == 1 and batch["input_ids"].shape[1] == 77
+    assert batch["input_ids"][0, -1].item() == reward.eos_token_id
+    cut, _ = reward._tokenize([cut_prompt])
+    assert torch.equal(batch["input_ids"], cut["input_ids"])
+
+
+def test_clear_error_without_model(monkeypatch, tmp_path):
+    monkeypatch.delenv("CLIP_MODEL_NAME_OR_PATH", raising=False)
+    with pytest.raises(ValueError, match="CLIP_MODEL_NAME_OR_PATH"):
+        get_reward("clip_sim")
+    monkeypatch.setenv("CLIP_MODEL_NAME_OR_PATH", str(tmp_path / "missing"))
+    with pytest.raises(OSError, match="CLIP_MODEL_NAME_OR_PATH"):
+        get_reward("clip_sim")
