@@ -95,14 +95,15 @@ def test_transformer_override_is_used(tmp_path):
 
 
 def _simulated_ranks(model_factory, specs, out_root, step, world_size, **kw):
-    """Run run_unigenbench_eval for ``world_size`` ranks in threads; gather_fn is a real all-gather (a barrier)."""
+    """Run run_unigenbench_eval for ``world_size`` ranks in threads; gather_fn is a real all-gather (a barrier) that
+    round-trips through JSON like the trainer's ``dist.all_gather_json``."""
     payloads: dict[int, object] = {}
     sync = threading.Barrier(world_size, timeout=60)
     barriers, results, errors = [], [None] * world_size, []
 
     def make_gather(rank):
         def gather(obj):
-            payloads[rank] = obj
+            payloads[rank] = json.loads(json.dumps(obj))
             sync.wait()
             return [payloads[r] for r in range(world_size)]
         return gather
