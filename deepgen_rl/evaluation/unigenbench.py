@@ -42,7 +42,7 @@ import httpx
 from PIL import Image
 from tqdm.auto import tqdm
 
-from deepgen_rl.evaluation.config import EvalPrompt, MalformedRow, load_unigenbench_csv
+from deepgen_rl.evaluation.config import EvalPrompt, load_unigenbench_csv
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,8 @@ def test_generation_is_deterministic_and_batch_invariant(tmp_path, mode):
 
 def test_sharding_covers_every_item_once_and_matches_single_rank(tmp_path):
     spec = _spec()
-    single = _pngs(tmp_path / "all") if generate_eval_images(FakeModel(), spec, tmp_path / "all", **KW) else None
+    generate_eval_images(FakeModel(), spec, tmp_path / "all", **KW)
+    single = _pngs(tmp_path / "all")
     shards = [generate_eval_images(FakeModel(), spec, tmp_path / "ranks", rank=r, world_size=2, **KW)
               for r in range(2)]
     keys = [(rec.index, rec.dup) for shard in shards for rec in shard]
