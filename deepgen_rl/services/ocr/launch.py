@@ -24,6 +24,9 @@ class OcrServiceProcess:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **(env or {}), "OCR_HOST": "127.0.0.1", "OCR_PORT": str(self.port)}
+        # Make the child import this very checkout of deepgen_rl, whatever its working directory.
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, self.env.get("PYTHONPATH")]))
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
