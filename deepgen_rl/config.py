@@ -75,6 +75,8 @@ class GRPOConfig(TrainingArguments):
     sde_window_range: str = field(
         default="", metadata={"help": "'lo,hi' range of window start steps (default 0..T-1-window)"})
     diffusionnft_beta: float = field(default=1.0, metadata={"help": "DiffusionNFT mixing coefficient"})
+    negate_advantages: bool = field(
+        default=False, metadata={"help": "sanity check only: train on -A (the reward must then fall)"})
     ema_decay: float = field(default=0.0, metadata={"help": "EMA decay of the DiT weights (0 = no EMA)"})
     # ---- rewards ----
     reward_kwargs: str = field(

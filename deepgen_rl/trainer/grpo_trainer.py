@@ -87,6 +87,8 @@ class DeepGenGRPOTrainer(Trainer):
         if args.deepspeed_config:
             import deepspeed
 
+            if not dist.is_dist():
+                deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
             ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world)
             self.engine, self.optimizer, _, self.lr_scheduler = deepspeed.initialize(
                 model=dit, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler, config=ds_config,
@@ -225,6 +227,8 @@ class DeepGenGRPOTrainer(Trainer):
         adv_out = compute_advantages(args.atrain_adv_type, g_scores, g_weights, g_groups, g_valid,
                                      clip_max=args.adv_clip_max)
         advantages = adv_out.advantages[self.rank * n:(self.rank + 1) * n].float()
+        if args.negate_advantages:
+            advantages = -advantages
 
         # ---- policy update(s): exactly one optimizer step each
         update_stats = [self._policy_update(batch, advantages, trained, step, u)
@@ -266,7 +270,7 @@ class DeepGenGRPOTrainer(Trainer):
             self._backward(loss * scale, is_last=done == total_backward)
             for k, v in stats.items():
                 acc[k] = acc.get(k, 0.0) + v * len(mb) / n / len(trained)
-            if update_index == 0 and j == trained[0]:
+            if update_index == 0:  # before the first optimizer step the policy IS the rollout policy
                 acc["first_ratio_max_abs_dev"] = max(acc.get("first_ratio_max_abs_dev", 0.0),
                                                      stats.get("ratio_max_abs_dev", 0.0))
         if lam > 0:
