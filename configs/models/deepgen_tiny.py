@@ -1,6 +1,7 @@
 # Tiny random DeepGen (< 2 M params) for CPU tests: no env var needed. build_model() creates the files once in
 # deepgen_rl.models.tiny.tiny_dir() ($DEEPGEN_TINY_DIR or ~/.cache/deepgen_rl/tiny-v1) and then loads them exactly
 # like the real model (from_pretrained + SFT-layout checkpoint). Sizes mirror deepgen_rl.models.tiny.PRESETS["tiny"].
+# tiny_preset="small" (as a build_model override) gives a ~20 M-param DiT for CPU benchmarks (its own cache folder).
 tiny_preset = "tiny"
 lmm_path_env = None
 sd3_path_env = None

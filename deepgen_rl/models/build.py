@@ -4,7 +4,8 @@ A model config is a plain mmengine ``.py`` file of top-level values (see ``confi
 
     lmm_path, lmm_path_env        Qwen2.5-VL folder (transformers layout) and the env var it came from
     sd3_path, sd3_path_env        diffusers folder with transformer/, vae/, scheduler/
-    tiny_preset                   optional: materialise `tiny.tiny_dir(preset)` and substitute "{tiny_dir}" in paths
+    tiny_preset                   optional: materialise `tiny.tiny_dir(preset)`, substitute "{tiny_dir}" in paths and
+                                  take the preset's DeepGen sizes (tiny.PRESETS[preset]["deepgen"])
     default_checkpoint            optional checkpoint loaded before the ``checkpoint`` argument
     dtype, vae_dtype              "bfloat16" | "float16" | "float32" (vae_dtype defaults to dtype)
     num_queries, max_prompt_tokens, prompt_template, connector (dict of ConnectorConfig fields),
@@ -79,9 +80,14 @@ def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, 
         raise KeyError(f"override(s) {unknown} are not keys of the model config {model_config}")
     cfg.update(overrides)
     if cfg.get("tiny_preset"):
-        from .tiny import ensure_tiny_deepgen
+        from .tiny import PRESETS, ensure_tiny_deepgen
 
-        root = ensure_tiny_deepgen(preset=cfg["tiny_preset"])["root"]
+        preset = cfg["tiny_preset"]
+        if preset not in PRESETS:
+            raise KeyError(f"unknown tiny_preset {preset!r}; known: {sorted(PRESETS)}")
+        # The preset's DeepGen sizes must match its files; explicit overrides still win.
+        cfg.update({k: v for k, v in PRESETS[preset]["deepgen"].items() if k not in overrides})
+        root = ensure_tiny_deepgen(preset=preset)["root"]
         for key in ("lmm_path", "sd3_path", "default_checkpoint"):
             if isinstance(cfg.get(key), str):
                 cfg[key] = cfg[key].format(tiny_dir=root)

@@ -33,8 +33,9 @@ QWEN_SPECIAL_TOKENS = [
     "<|image_pad|>", "<|video_pad|>",
 ]
 
-# Sizes per preset. "tiny": whole model < 2 M params, for unit tests. "small": a ~20 M-param DiT so that DiT
-# compute dominates a CPU benchmark. The DeepGen-level keys mirror configs/models/deepgen_tiny.py (tested).
+# Sizes per preset. "tiny": whole model ~1.1 M params, for unit tests. "small": a ~20 M-param DiT so that DiT
+# compute dominates a CPU benchmark: build_model("configs/models/deepgen_tiny.py", tiny_preset="small").
+# The "deepgen" keys of the preset override the model config's; "tiny"'s mirror configs/models/deepgen_tiny.py.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=13, num_attention_heads=4,
@@ -50,8 +51,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=13, num_attention_heads=4,
                   num_key_value_heads=2, mrope_section=[2, 3, 3]),
         vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2),
-        dit=dict(num_layers=12, num_attention_heads=4, attention_head_dim=64, joint_attention_dim=128,
-                 caption_projection_dim=256, pooled_projection_dim=128, dual_attention_layers=(0, 1, 2, 3)),
+        dit=dict(num_layers=8, num_attention_heads=4, attention_head_dim=64, joint_attention_dim=128,
+                 caption_projection_dim=256, pooled_projection_dim=128, dual_attention_layers=(0, 1)),
         vae=dict(block_out_channels=(32, 32, 64, 64), norm_num_groups=16),
         deepgen=dict(connector=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256),
                      num_queries=32, max_prompt_tokens=64, lora_rank=4, lora_alpha=8),

@@ -190,6 +190,15 @@ def test_tiny_config_mirrors_preset():
     assert (real["num_queries"], real["lora_rank"], real["lora_alpha"], real["dtype"]) == (128, 64, 128, "bfloat16")
 
 
+def test_small_preset_dit_size():
+    from diffusers import SD3Transformer2DModel
+
+    with torch.device("meta"):
+        dit = SD3Transformer2DModel(patch_size=2, in_channels=16, out_channels=16, pos_embed_max_size=32,
+                                    qk_norm="rms_norm", **PRESETS["small"]["dit"])
+    assert 10e6 < sum(p.numel() for p in dit.parameters()) < 30e6
+
+
 def test_make_tiny_is_deterministic(tiny_model_paths, tmp_path):
     paths = make_tiny_deepgen(str(tmp_path / "again"))
     a = torch.load(paths["checkpoint"], weights_only=True)

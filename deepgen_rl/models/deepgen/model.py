@@ -201,9 +201,11 @@ class DeepGen(nn.Module):
                                  use_cache=False, output_hidden_states=True)
         fused = torch.cat([out.hidden_states[i] for i in self.fused_layers], dim=-1)
         x = self.connector(self.projector_1(fused), key_mask=valid)
-        mask = valid[..., None].to(x.dtype)
-        pooled = self.projector_2((x * mask).sum(1) / mask.sum(1))
-        seq = self.projector_3(x) * mask
+        mask = valid[..., None]
+        # Mean in fp32: bf16 cannot even count 257+ valid tokens exactly.
+        mean = (x.float() * mask).sum(1) / mask.sum(1)
+        pooled = self.projector_2(mean.to(x.dtype))
+        seq = self.projector_3(x) * mask.to(x.dtype)
         return Conditioning(prompt_embeds=seq, pooled_embeds=pooled)
 
     # ------------------------------------------------------------------ DiT
