@@ -94,27 +94,48 @@ def tiny_paths(root: str) -> dict[str, str]:
             "checkpoint": os.path.join(root, "deepgen_tiny.pth")}
 
 
+def _is_current(root: str, preset: str) -> bool:
+    try:
+        with open(os.path.join(root, DONE_MARKER)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return meta.get("version") == CACHE_VERSION and meta.get("preset") == preset
+
+
 def ensure_tiny_deepgen(preset: str = "tiny") -> dict[str, str]:
-    """Paths of the cached tiny model, building it first if needed.
+    """Paths of the cached tiny model, building it first if needed (or if the cache is from another CACHE_VERSION).
 
     Safe when several processes race: each builds into its own temp folder next to the cache and renames it into
     place; a loser discards its copy and uses the winner's.
     """
     root = tiny_dir(preset)
-    if os.path.isfile(os.path.join(root, DONE_MARKER)):
+    if _is_current(root, preset):
         return tiny_paths(root)
     parent = os.path.dirname(os.path.abspath(root))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(root)}.tmp-", dir=parent)
+    stale = f"{tmp}-stale"
     try:
         make_tiny_deepgen(tmp, preset=preset)
         try:
             os.rename(tmp, root)
         except OSError:
-            if not os.path.isfile(os.path.join(root, DONE_MARKER)):
-                raise
+            if not _is_current(root, preset):
+                if not os.path.isfile(os.path.join(root, DONE_MARKER)):
+                    raise  # not ours to replace: some unrelated non-empty folder
+                try:  # an outdated cache: move it aside, then retry (another process may do the same)
+                    os.rename(root, stale)
+                except OSError:
+                    pass
+                try:
+                    os.rename(tmp, root)
+                except OSError:
+                    if not _is_current(root, preset):
+                        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(stale, ignore_errors=True)
     return tiny_paths(root)
 
 

@@ -211,6 +211,32 @@ def test_make_tiny_is_deterministic(tiny_model_paths, tmp_path):
             assert f1.read() == f2.read(), rel
 
 
+def test_outdated_tiny_cache_is_rebuilt(tmp_path, monkeypatch):
+    import deepgen_rl.models.tiny as tiny
+
+    def fake_build(out_dir, preset="tiny", seed=0):
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, tiny.DONE_MARKER), "w") as f:
+            json.dump({"preset": preset, "version": tiny.CACHE_VERSION}, f)
+        return tiny.tiny_paths(out_dir)
+
+    root = tmp_path / "tiny"
+    root.mkdir()
+    (root / tiny.DONE_MARKER).write_text(json.dumps({"preset": "tiny", "version": "v0"}))
+    (root / "old_file").write_text("x")
+    monkeypatch.setenv("DEEPGEN_TINY_DIR", str(root))
+    monkeypatch.setattr(tiny, "make_tiny_deepgen", fake_build)
+    assert tiny.ensure_tiny_deepgen()["root"] == str(root)
+    assert sorted(os.listdir(root)) == [tiny.DONE_MARKER] and os.listdir(tmp_path) == ["tiny"]
+    unrelated = tmp_path / "unrelated"
+    unrelated.mkdir()
+    (unrelated / "data").write_text("keep me")
+    monkeypatch.setenv("DEEPGEN_TINY_DIR", str(unrelated))
+    with pytest.raises(OSError):
+        tiny.ensure_tiny_deepgen()
+    assert (unrelated / "data").read_text() == "keep me"
+
+
 _RACE_SCRIPT = """
 import json, os, sys, time
 import deepgen_rl.models.tiny as tiny
@@ -222,7 +248,7 @@ def slow_fake_build(out_dir, preset="tiny", seed=0):  # stands in for the real b
     open(os.path.join(sync, f"built-{os.getpid()}"), "w").close()
     time.sleep(1.0)
     with open(os.path.join(out_dir, tiny.DONE_MARKER), "w") as f:
-        json.dump({"builder": os.getpid()}, f)
+        json.dump({"builder": os.getpid(), "preset": preset, "version": tiny.CACHE_VERSION}, f)
     return tiny.tiny_paths(out_dir)
 
 tiny.make_tiny_deepgen = slow_fake_build
