@@ -54,6 +54,40 @@ def test_pad_positions_are_zero_and_think_tokens_follow_prompt(tiny_model):
         assert cond.prompt_embeds[row, :valid].abs().amin(dim=-1).gt(0).all()
 
 
+def test_think_tokens_follow_the_prompt_with_continuing_text_positions(tiny_model):
+    m = tiny_model
+    seen = {}
+    text_model = m._text_model()
+    hook = text_model.register_forward_pre_hook(lambda mod, args, kwargs: seen.update(kwargs), with_kwargs=True)
+    try:
+        m.encode_prompts(["a", LONG])
+    finally:
+        hook.remove()
+    lengths = m._tokenize(["a", LONG])[1]
+    q = m.num_queries
+    for row, n in enumerate(lengths.tolist()):
+        assert torch.equal(seen["inputs_embeds"][row, n:n + q], m.meta_queries)
+        pos = seen["position_ids"][:, row, : n + q]
+        assert torch.equal(pos, torch.arange(n + q).expand(3, -1))  # same position on all 3 mRoPE axes
+        assert seen["attention_mask"][row].tolist() == [1] * (n + q) + [0] * (m.max_prompt_tokens - n)
+
+
+def test_padding_does_not_change_the_valid_tokens(tiny_model):
+    """Unpadded reference computation ([prompt][think], no masks) equals our padded one on the valid tokens."""
+    m = tiny_model
+    ids, lengths = m._tokenize([LONG])
+    n, q = int(lengths[0]), m.num_queries
+    with torch.no_grad():
+        embeds = torch.cat([m.lmm.get_input_embeddings()(ids[:, :n]), m.meta_queries[None]], dim=1)
+        out = m._text_model()(inputs_embeds=embeds, position_ids=torch.arange(n + q).expand(3, 1, -1),
+                              use_cache=False, output_hidden_states=True)
+        x = m.connector(m.projector_1(torch.cat([out.hidden_states[i] for i in m.fused_layers], dim=-1)))
+        ref_seq, ref_pooled = m.projector_3(x), m.projector_2(x.mean(1))
+    cond = m.encode_prompts([LONG])
+    torch.testing.assert_close(cond.prompt_embeds[:, : n + q], ref_seq, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cond.pooled_embeds, ref_pooled, atol=1e-5, rtol=0)
+
+
 def test_long_prompts_are_truncated_keeping_the_template_tail(tiny_model):
     m = copy.copy(tiny_model)  # shallow: own counter, shared weights
     m.num_truncated_prompts = 0
