@@ -19,6 +19,16 @@ DEMO_CONFIG = ROOT / "assets/sftaux/demo.py"
 TINY_CONFIG = str(ROOT / "configs/models/deepgen_tiny.py")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def single_thread():
+    """The tiny model's ops are too small to gain from intra-op threads, and on a busy 2-core CI box OpenMP
+    oversubscription made the training test ~20× slower; restore the setting afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tiny_model():
     torch.manual_seed(0)
@@ -95,14 +105,15 @@ def test_sft_loss_decreases_when_trained_alone(model):
                                 caption_dropout=0.0)[0].item()
 
     assert eval_loss() == eval_loss()
-    evals = []
-    for _ in range(40):
+    steps, evals = 40, []
+    for step in range(steps):
         loss, stats = aux.loss()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        evals.append(eval_loss())
         assert np.isfinite(stats["sftaux/loss"])
+        if step < 5 or step >= steps - 5:  # only these enter the comparison
+            evals.append(eval_loss())
     first, last = np.mean(evals[:5]), np.mean(evals[-5:])
     assert last < 0.9 * first, (first, last, evals)
 
