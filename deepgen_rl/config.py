@@ -93,6 +93,8 @@ class GRPOConfig(TrainingArguments):
     eval_judge: bool = field(default=True, metadata={"help": "score eval images with the UniGenBench judge"})
     eval_at_start: bool = field(default=False, metadata={"help": "also evaluate before the first step"})
     log_images_every: int = field(default=10, metadata={"help": "log a sample grid every N steps (0 = never)"})
+    save_rollout_records: bool = field(
+        default=False, metadata={"help": "write OUTPUT_DIR/rollouts/step_N/rank_R.jsonl (rewards, groups, advantages)"})
     auto_resume: bool = field(
         default=True, metadata={"help": "resume from the newest complete checkpoint in output_dir if there is one"})
     debug_checkpoint_delay_s: float = field(

@@ -41,6 +41,18 @@ def _restore_rng(p: dict) -> None:
         torch.cuda.set_rng_state_all(p["cuda"])
 
 
+def param_digest(module) -> dict:
+    """fp64 sum, sum of squares and element count of a module's parameters (after gathering)."""
+    total, sq, count = 0.0, 0.0, 0
+    with torch.no_grad():
+        for p in module.parameters():
+            x = p.detach().double()
+            total += float(x.sum())
+            sq += float((x * x).sum())
+            count += x.numel()
+    return {"sum": total, "sum_sq": sq, "numel": count}
+
+
 def save_training_checkpoint(trainer, step: int) -> Path:
     """Collective: every rank calls it. Returns the final checkpoint path."""
     args = trainer.args
@@ -56,6 +68,8 @@ def save_training_checkpoint(trainer, step: int) -> Path:
     with gathered_params(trainer.dit_module, trainer.zero_stage):
         if rank == 0:
             ckpt.save_tensors(trainer.dit_module.state_dict(), tmp / "dit.safetensors")
+        # every rank records a digest of the weights it holds: replicas must agree (checked by tests and users)
+        ckpt.write_json(tmp / f"param_digest_rank{rank}.json", param_digest(trainer.dit_module))
     torch.save(_rng_payload(), tmp / f"rng_state_rank{rank}.pt")
     if rank == 0:
         if trainer.ema is not None:
@@ -65,7 +79,7 @@ def save_training_checkpoint(trainer, step: int) -> Path:
             torch.save(trainer.lr_scheduler.state_dict(), tmp / "scheduler.pt")
         ckpt.write_json(tmp / "sampler_state.json", trainer.sampler.state_dict())
         if trainer.sftaux is not None:
-            ckpt.write_json(tmp / "sftaux_state.json", trainer.sftaux.state_dict())
+            torch.save(trainer.sftaux.state_dict(), tmp / "sftaux_state.pt")
         ckpt.write_json(tmp / "counters.json", trainer.counters)
         trainer.state.save_to_json(str(tmp / "trainer_state.json"))
         (tmp / "training_args.json").write_text(args.to_json_string())
@@ -130,8 +144,8 @@ def load_training_checkpoint(trainer, path: Path) -> int:
     if rng_file.is_file():
         _restore_rng(torch.load(rng_file, weights_only=True))
     trainer.sampler.load_state_dict(json.loads((path / "sampler_state.json").read_text()))
-    if trainer.sftaux is not None and (path / "sftaux_state.json").is_file():
-        trainer.sftaux.load_state_dict(json.loads((path / "sftaux_state.json").read_text()))
+    if trainer.sftaux is not None and (path / "sftaux_state.pt").is_file():
+        trainer.sftaux.load_state_dict(torch.load(path / "sftaux_state.pt", weights_only=True))
     trainer.counters.update(json.loads((path / "counters.json").read_text()))
     trainer.state = TrainerState.load_from_json(str(path / "trainer_state.json"))
     trainer.state.global_step = step

@@ -11,6 +11,7 @@ is driven explicitly here).
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -100,7 +101,7 @@ class DeepGenGRPOTrainer(Trainer):
             with gathered_params(self.dit_module, self.zero_stage):
                 self.ema = {n: p.detach().float().clone() for n, p in self.dit_module.named_parameters()}
         if args.sftaux_coef > 0 and self.sftaux_dataset_config:
-            from deepgen_rl.sft.aux import SFTAuxiliary
+            from deepgen_rl.sft.loss import SFTAuxiliary
 
             self.sftaux = SFTAuxiliary(self.sftaux_dataset_config, self.deepgen, rank=self.rank,
                                        world_size=self.world, seed=args.seed,
@@ -235,6 +236,8 @@ class DeepGenGRPOTrainer(Trainer):
                         for u in range(args.atrain_num_actor_update_steps)]
         t_update = time.perf_counter()
 
+        if args.save_rollout_records:
+            self._write_rollout_records(step, batch, scores, valid, weights, advantages)
         metrics = self._step_metrics(batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out,
                                      reward_info, update_stats, t0, t_rollout, t_reward, t_update)
         if args.log_images_every and (step + 1) % args.log_images_every == 0 and self.rank == 0:
@@ -243,6 +246,20 @@ class DeepGenGRPOTrainer(Trainer):
                              Path(args.output_dir) / "samples" / f"step_{step + 1}.png",
                              report_to=args.report_to, step=step + 1)
         return metrics
+
+    def _write_rollout_records(self, step, batch, scores, valid, weights, advantages) -> None:
+        """OUTPUT_DIR/rollouts/step_N/rank_R.jsonl: per image prompt, group, rewards (null = failed/skipped), A."""
+        out = Path(self.args.output_dir) / "rollouts" / f"step_{step + 1}"
+        out.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i in range(len(batch)):
+            rec = {**batch.metadata[i], "prompt": batch.prompts[i], "advantage": float(advantages[i]),
+                   "rewards": {n: (float(scores[i, k]) if bool(valid[i, k]) else None)
+                               for k, n in enumerate(self.reward_names)},
+                   "weights": {n: float(weights[i, k]) for k, n in enumerate(self.reward_names)},
+                   "initial_noise_digest": float(batch.latents[i, 0].double().sum())}
+            lines.append(json.dumps(rec))
+        (out / f"rank_{self.rank}.jsonl").write_text("\n".join(lines) + "\n")
 
     def _policy_update(self, batch, advantages, trained, step: int, update_index: int) -> dict:
         args, model = self.args, self.deepgen
