@@ -46,11 +46,7 @@ def main(argv=None):
             {"model": vars(model_args), "data": vars(data_args), "argv": sys.argv[1:] if argv is None else argv},
             indent=2, default=str))
     resume = args.resume_from_checkpoint or (None if args.auto_resume else False)
-    history = trainer.train(resume_from_checkpoint=resume)
-    if dist.rank() == 0:
-        with open(Path(args.output_dir) / "metrics.jsonl", "a", encoding="utf-8") as f:
-            for m in history:
-                f.write(json.dumps(m) + "\n")
+    trainer.train(resume_from_checkpoint=resume)
     dist.barrier()
     if dist.is_dist():
         import torch.distributed as tdist

@@ -39,6 +39,9 @@ trap 'rm -f "$constraints"' EXIT
 echo "torch==$installed_torch" > "$constraints"
 echo "[setup_env] installing pinned requirements (torch pinned to $installed_torch)"
 pip install -r "$ROOT/requirements.txt" -c "$constraints"
+# xtuner is used only by a test that proves converted checkpoints load with its guess_load_checkpoint; it pins
+# transformers 4.48, so it is installed without its dependencies and is never imported at run time.
+pip install --no-deps "xtuner==0.2.0"
 pip install --no-deps -e "$ROOT"
 echo "$req_hash" > "$STAMP"
 echo "[setup_env] done ($VENV)"

@@ -139,6 +139,7 @@ class DeepGenGRPOTrainer(Trainer):
         self.state.max_steps = max_steps
         self.state.global_step = 0
         start_step = self._maybe_resume(resume_from_checkpoint)
+        self.state.max_steps = max_steps  # a resumed state carries the old run's max_steps
         # accelerate may not see the torchrun group on CPU: the rank decides who logs
         self.state.is_world_process_zero = self.rank == 0
         self.state.is_local_process_zero = dist.local_rank() == 0
@@ -153,6 +154,7 @@ class DeepGenGRPOTrainer(Trainer):
                 self.state.global_step = step + 1
                 self.state.epoch = (step + 1) / steps_per_epoch
                 self.history.append(metrics)
+                self._append_metrics(step + 1, metrics)
                 self.log(metrics)
                 self.control = self.callback_handler.on_step_end(args, self.state, self.control)
                 if args.save_steps and (step + 1) % int(args.save_steps) == 0:
@@ -166,6 +168,12 @@ class DeepGenGRPOTrainer(Trainer):
             self._executor.shutdown(wait=True)
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.history
+
+    def _append_metrics(self, step: int, metrics: dict) -> None:
+        """OUTPUT_DIR/metrics.jsonl, one line per step, written as it happens (survives a crash)."""
+        if self.rank == 0:
+            with open(Path(self.args.output_dir) / "metrics.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, **metrics}) + "\n")
 
     # ------------------------------------------------------------------ one GRPO step
     def grpo_step(self, step: int) -> dict:

@@ -50,3 +50,43 @@ def subprocess_env(**extra) -> dict:
     env.update({"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_sh(output_dir, *extra: str, ngpus: int | None = None, deepspeed: str = "", eval_config: str = "",
+             sftaux_config: str = "", dataset_config: str = DEMO_PROGRAMMATIC, timeout: int = 600,
+             check: bool = True, env_extra: dict | None = None, popen: bool = False):
+    """Run ``bash scripts/train.sh`` on the tiny model with tiny settings (plus ``extra`` CLI args)."""
+    import subprocess
+
+    env = subprocess_env(MODEL_CONFIG=TINY_CONFIG, DATASET_CONFIG=dataset_config, EVAL_DATASET_CONFIG=eval_config,
+                         SFTAUX_DATASET_CONFIG=sftaux_config, DEEPSPEED_CONFIG=deepspeed, OUTPUT_DIR=output_dir,
+                         REPORT_TO="none", MASTER_PORT=free_port(), **(env_extra or {}))
+    if ngpus:
+        env["NGPUS"] = str(ngpus)
+    else:
+        env.pop("NGPUS", None)
+    args = []
+    for k, v in TINY_ARGS.items():
+        if k not in ("report_to",):
+            args += [f"--{k}", str(v)]
+    cmd = ["bash", str(ROOT / "scripts/train.sh"), *args, *extra]
+    if popen:
+        return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.sh failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def read_metrics(output_dir) -> list[dict]:
+    path = Path(output_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
