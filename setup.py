@@ -2,11 +2,13 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
+README = Path(__file__).with_name("README.md")
+
 setup(
     name="deepgen_rl",
     version="0.1.0",
     description="MR-GRPO (multi-reward GRPO) reinforcement learning for the DeepGen 1.0 text-to-image model",
-    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description=README.read_text(encoding="utf-8") if README.is_file() else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["deepgen_rl", "deepgen_rl.*"]),

@@ -1,0 +1,35 @@
+"""README's first command, shortened: bash scripts/quickstart.sh with QUICKSTART_STEPS=2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_quickstart_short(tmp_path):
+    out = tmp_path / "qs"
+    env = {**os.environ, "QUICKSTART_STEPS": "2", "QUICKSTART_OUTPUT_DIR": str(out), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "OCR service stopped" in proc.stdout
+    for name in ("reward_curve.png", "samples_before_after.png"):
+        with Image.open(out / name) as im:
+            im.verify()
+    with Image.open(out / "samples_before_after.png") as im:
+        assert im.size[0] >= 4 * 160
+    report = (out / "report.html").read_text()
+    assert "reward_curve.png" in report and "samples_before_after.png" in report
+    assert (out / "checkpoint-2" / "checkpoint_meta.json").is_file()
+    assert (out / "eval" / "step_2" / "index.html").is_file()  # the one evaluation pass
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    # the OCR reward was really called on the text prompts (scored or failed, never skipped silently)
+    assert "reward_calls/ocr" in lines[0]
