@@ -1,0 +1,64 @@
+"""Arguments: seed defaults, booleans switch both ways, batch validation with readable messages."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import HfArgumentParser
+
+from deepgen_rl.config import DataArguments, GRPOConfig, ModelArguments, batch_layout
+
+
+def parse(*argv):
+    return HfArgumentParser((ModelArguments, DataArguments, GRPOConfig)).parse_args_into_dataclasses(args=list(argv))
+
+
+def test_seed_defaults():
+    _, _, a = parse()
+    assert a.learning_rate == 2e-6 and a.rollout_n == 8 and a.rollout_micro_batch_size == 32
+    assert a.atrain_micro_batch_size == 32 and a.atrain_sde_sampler == "cps_sde" and a.atrain_adv_type == "gdpo"
+    assert a.beta == 5e-7 and a.atrain_kl_type == "v-based" and a.num_inference_steps == 50
+    assert (a.image_height, a.image_width) == (512, 512) and a.timestep_fraction == 0.6 and a.clip_range == 1e-4
+    assert a.sftaux_coef == 1e-4 and a.eval_freq == 10 and a.gradient_checkpointing is True
+    assert a.cfg_scale == 0.0
+    assert str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)) == "constant_with_warmup"
+
+
+@pytest.mark.parametrize("flag", ["gradient_checkpointing", "init_same_noise", "eval_judge", "auto_resume",
+                                  "negate_advantages", "save_rollout_records", "eval_at_start"])
+def test_booleans_switch_both_ways(flag):
+    assert getattr(parse(f"--{flag}", "true")[2], flag) is True
+    assert getattr(parse(f"--{flag}", "false")[2], flag) is False
+
+
+def test_deepspeed_path_is_kept_for_the_trainer():
+    _, _, a = parse("--deepspeed", "scripts/deepspeed/zero2.json")
+    assert a.deepspeed_config == "scripts/deepspeed/zero2.json" and a.deepspeed is None
+
+
+@pytest.mark.parametrize("world", [1, 8, 16, 32])
+def test_default_layout_valid_for_1_2_4_nodes(world):
+    _, _, a = parse()
+    lay = batch_layout(a, world)
+    assert lay["images_per_rank"] == 32 and lay["prompts_per_rank"] == 4
+    assert lay["global_images"] == 32 * world and lay["global_prompts"] == 4 * world
+
+
+def test_invalid_layout_message_shows_counts():
+    _, _, a = parse("--rollout_global_batch_size", "20")
+    with pytest.raises(ValueError) as e:
+        batch_layout(a, 2)
+    msg = str(e.value)
+    assert "ranks=2" in msg and "20 images" in msg and "per rank: 10 images = 1.25 prompts" in msg
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("--atrain_sde_sampler", "euler"), "atrain_sde_sampler"),
+    (("--atrain_adv_type", "ppo"), "atrain_adv_type"),
+    (("--timestep_fraction", "0"), "timestep_fraction"),
+    (("--reward_kwargs", "{bad"), "reward_kwargs"),
+    (("--atrain_algorithm", "diffusionnft", "--atrain_num_actor_update_steps", "2"), "atrain_num_actor_update_steps"),
+    (("--image_height", "100"), "multiples of 16"),
+])
+def test_invalid_arguments_fail_at_start(argv, needle):
+    with pytest.raises(ValueError, match=needle):
+        parse(*argv)
