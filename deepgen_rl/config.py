@@ -106,6 +106,8 @@ class GRPOConfig(TrainingArguments):
         # from_pretrained partition the frozen VLM under ZeRO-3.
         self.deepspeed_config = self.deepspeed
         self.deepspeed = None
+        if isinstance(self.report_to, str) and "," in self.report_to:  # the seed's "--report_to wandb,swanlab"
+            self.report_to = [x.strip() for x in self.report_to.split(",") if x.strip()]
         super().__post_init__()
         if self.atrain_sde_sampler not in SAMPLERS:
             raise ValueError(f"--atrain_sde_sampler must be one of {SAMPLERS}, got {self.atrain_sde_sampler!r}")

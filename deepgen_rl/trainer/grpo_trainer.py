@@ -29,6 +29,7 @@ from deepgen_rl.rl.advantages import compute_advantages
 from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask, trained_step_indices
 from deepgen_rl.rollout import rollout
 from deepgen_rl.trainer import checkpointing as ckpt
+from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, gathered_params
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.visuals import save_sample_grid
@@ -59,12 +60,18 @@ class DeepGenGRPOTrainer(Trainer):
             raise ValueError(f"no reward object for {missing} (named in {dataset_config})")
         self.rewards = rewards
         self.eval_dataset_config = eval_dataset_config or None
+        if self.eval_dataset_config and args.eval_freq:
+            from deepgen_rl.evaluation.config import load_eval_config
+
+            load_eval_config(self.eval_dataset_config)  # fail at start-up, not at the first evaluation
         self.sftaux_dataset_config = sftaux_dataset_config or None
         self.run_configs = run_configs or {}
         self.device = args.device
         model.freeze_non_trainable()
         model.to(self.device)
         dit = model.transformer
+        # fp32 master weights for the trained DiT (bf16 compute comes from autocast or DeepSpeed's bf16 mode)
+        dit.float()
         dit.requires_grad_(True)
         dit.train()
         if args.gradient_checkpointing:
@@ -81,8 +88,10 @@ class DeepGenGRPOTrainer(Trainer):
         args = self.args
         updates = max_steps * args.atrain_num_actor_update_steps
         dit = self.deepgen.transformer
-        if args.beta > 0:
+        if args.beta > 0 and args.atrain_algorithm != "diffusionnft":  # the NFT objective has no KL term
             self.ref_dit = copy.deepcopy(dit).requires_grad_(False).eval()
+            if args.bf16:
+                self.ref_dit.to(torch.bfloat16)  # frozen: no master weights needed
         self.create_optimizer()
         self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
         if args.deepspeed_config:
@@ -143,6 +152,8 @@ class DeepGenGRPOTrainer(Trainer):
         # accelerate may not see the torchrun group on CPU: the rank decides who logs
         self.state.is_world_process_zero = self.rank == 0
         self.state.is_local_process_zero = dist.local_rank() == 0
+        if self.rank == 0 and "swanlab" in (args.report_to or []):
+            init_swanlab(args)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         self._executor = ThreadPoolExecutor(max_workers=max(1, args.reward_workers), thread_name_prefix="reward")
         self.history: list[dict] = []
@@ -198,10 +209,23 @@ class DeepGenGRPOTrainer(Trainer):
         meta_flat = [{"dataset": it.dataset, "group_id": it.group_id, "prompt_index": it.prompt_index,
                       "sample_index": k} for it in items for k in range(args.rollout_n)]
 
+        decoded: dict[int, object] = {}
+        sent = [0]
+
         def submit(idx, images):
-            futures.append((idx, self._executor.submit(
-                compute_weighted_rewards, self.rewards, images, [prompts_flat[i] for i in idx],
-                [meta_flat[i] for i in idx], weights[idx], self.reward_names)))
+            # Rewards start as soon as whole prompt groups are decoded (pairwise judges need complete groups),
+            # while the next rollout micro-batches are still generating.
+            decoded.update(zip(idx, images))
+            done = sent[0]
+            while done in decoded:
+                done += 1
+            ready = (done // args.rollout_n) * args.rollout_n
+            if ready > sent[0]:
+                sel = list(range(sent[0], ready))
+                sent[0] = ready
+                futures.append((sel, self._executor.submit(
+                    compute_weighted_rewards, self.rewards, [decoded[i] for i in sel],
+                    [prompts_flat[i] for i in sel], [meta_flat[i] for i in sel], weights[sel], self.reward_names)))
 
         self.dit_module.eval()
         with self._autocast():
@@ -361,18 +385,22 @@ class DeepGenGRPOTrainer(Trainer):
     def _step_metrics(self, batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out, reward_info,
                       update_stats, t0, t_rollout, t_reward, t_update) -> dict:
         m: dict[str, float] = {}
-        w_valid = g_weights * g_valid
-        total = (g_scores * w_valid).sum(1) / g_weights.sum(1).clamp_min(1e-12)
-        m["reward/total"] = float(total.mean())
+        w_valid = g_weights * g_valid  # failed rewards are left out of the total, not counted as 0
+        has = w_valid.sum(1) > 0
+        total = (g_scores * w_valid).sum(1) / w_valid.sum(1).clamp_min(1e-12)
+        m["reward/total"] = float(total[has].mean()) if has.any() else float("nan")
         for k, name in enumerate(self.reward_names):
             sel = g_valid[:, k]
             m[f"reward/{name}"] = float(g_scores[sel, k].mean()) if sel.any() else float("nan")
             asked = g_weights[:, k] > 0
             m[f"reward_failures/{name}"] = float((asked & ~g_valid[:, k]).sum())
             m[f"reward_calls/{name}"] = float(asked.sum())
-        local_total = (scores * weights * valid).sum(1) / weights.sum(1).clamp_min(1e-12)
+            if name in reward_info:  # this rank's reward calls: wall time spent inside the reward
+                m[f"reward_latency_s/{name}"] = float(reward_info[name]["latency_s"])
+        lw = weights * valid
+        local_total = (scores * lw).sum(1) / lw.sum(1).clamp_min(1e-12)
         for d, ds in enumerate(self.data_config.datasets):
-            sel = torch.tensor([md["dataset"] == ds.name for md in batch.metadata])
+            sel = torch.tensor([md["dataset"] == ds.name for md in batch.metadata]) & (lw.sum(1) > 0)
             if sel.any():
                 m[f"reward_by_dataset/{ds.name}"] = float(local_total[sel].mean())
         for k, v in adv_out.stats.items():

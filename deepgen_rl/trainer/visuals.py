@@ -47,10 +47,12 @@ def save_sample_grid(images, prompts, rewards, path: Path, *, report_to=(), step
         except Exception as e:  # logging images must never stop training, but say so
             log.warning("could not log the sample grid to wandb: %s", e)
     if "swanlab" in report_to:
+        from deepgen_rl.trainer.loggers import active_swanlab_run
+
         try:
             import swanlab
 
-            if swanlab.get_run() is not None:
+            if active_swanlab_run() is not None:
                 swanlab.log({"samples": swanlab.Image(grid, caption=f"step {step}")}, step=step)
         except Exception as e:
             log.warning("could not log the sample grid to swanlab: %s", e)
