@@ -1,0 +1,76 @@
+"""Every bench's ``--smoke`` run exits 0, prints its table, finite ratios and the rerun line; the DiT FLOP formula
+of bench/gpu_throughput.py matches FlopCounterMode on the full SD3.5-Medium config."""
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RATIO = re.compile(r"^RATIO (.+): (\S+)x")
+
+
+def run_smoke(script: str, timeout: int = 300) -> str:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def ratios(out: str) -> dict[str, float]:
+    found = {m.group(1): float(m.group(2)) for m in map(RATIO.match, out.splitlines()) if m}
+    assert found, out[-3000:]
+    assert all(math.isfinite(v) and v > 0 for v in found.values()), found
+    return found
+
+
+def test_step_anatomy_smoke():
+    out = run_smoke("step_anatomy.py")
+    assert "seconds per step (median)" in out and "whole step" in out
+    for phase in ("rollout (", "reward wait", "update (", "loop rest"):
+        assert phase in out
+    r = ratios(out)
+    assert any(k.startswith("framework_overhead") for k in r)
+    assert "rerun: " in out and "bench/step_anatomy.py --smoke" in out
+
+
+def test_reward_overlap_smoke():
+    out = run_smoke("reward_overlap.py")
+    assert "0 s/call" in out and "0.2 s/call" in out and "hideable by design" in out
+    r = ratios(out)
+    # the wait the trainer sees grows by about one call (the last micro-batch's), not by M calls
+    wait_only = next(v for k, v in r.items() if k.startswith("reward_overlap wait-only"))
+    step0 = float(re.search(r"^0 s/call\s+(\S+)", out, re.M).group(1))
+    assert 1 + 0.15 / step0 <= wait_only <= 1 + 0.35 / step0, (wait_only, step0)
+    assert "bench/reward_overlap.py --smoke" in out
+
+
+def test_rollout_memory_smoke():
+    out = run_smoke("rollout_memory.py")
+    assert "bytes per image" in out and "(extrapolated)" in out
+    r = ratios(out)
+    assert r["latents / bound (worst measured config)"] == pytest.approx(1.0, abs=1e-3)
+    assert "bench/rollout_memory.py --smoke" in out
+
+
+def test_gpu_throughput_smoke():
+    out = run_smoke("gpu_throughput.py")
+    assert "rollout step: DiT fwd + sde_step" in out and "train piece: DiT fwd+bwd" in out
+    assert "images/s at T=" in out and "VLM is not run" in out
+    r = ratios(out)
+    assert r["analytic / FlopCounterMode DiT forward FLOPs"] == pytest.approx(1.0, abs=1e-3)
+    assert "bench/gpu_throughput.py --smoke" in out
+
+
+def test_dit_flop_formula_matches_counter_on_full_config():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_throughput import FULL, counted_dit_flops, dit_forward_flops
+
+    text_tokens = FULL["prompt_tokens"] + FULL["num_queries"]
+    analytic = sum(dit_forward_flops(FULL["dit"], 2, 64, text_tokens).values())
+    assert analytic == pytest.approx(counted_dit_flops(FULL["dit"], 2, 64, text_tokens), rel=1e-6)
+    assert analytic / 2 == pytest.approx(2.531e12, rel=1e-3)  # one 512x512 image: 1024 + 384 tokens
