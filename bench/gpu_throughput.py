@@ -1,8 +1,11 @@
 """Full-size DeepGen DiT throughput: rollout images/s, training-step time and achieved TFLOP/s vs an analytic count.
 
     python bench/gpu_throughput.py [--config full|tiny] [--batch 32] [--train-batch 32] [--image-size 512]
+                                   (tiny defaults: --batch 4 --train-batch 4 --image-size 128)
                                    [--num-inference-steps 50] [--iters 10] [--warmup 3]
-                                   [--gradient-checkpointing on|off] [--peak_tflops 989] [--dtype bf16] [--smoke]
+                                   [--gradient-checkpointing on|off] [--peak_tflops 989] [--dtype bf16]
+                                   [--master-weights fp32|compute] [--no-vae] [--check-flops] [--flops-only]
+                                   [--smoke]
 
 ``--config full`` builds, with random weights and no download, the SD3.5-Medium DiT of DeepGen
 (``SD3Transformer2DModel``: 24 layers, 24 heads x 64 = 1536, joint_attention_dim 4096, caption_projection_dim 1536,
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -97,24 +101,34 @@ def dit_forward_flops(dit: dict, batch: int, latent_hw: int, text_tokens: int) -
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="full", choices=["full", "tiny"], help="model sizes (see FULL / TINY)")
-    p.add_argument("--batch", type=int, default=32, help="rollout micro-batch (images per DiT forward)")
-    p.add_argument("--train-batch", type=int, default=32, help="training micro-batch")
-    p.add_argument("--image-size", type=int, default=512, help="square image side (latents = size / 8)")
+    p.add_argument("--batch", type=int, default=None, help="rollout micro-batch (default: full 32, tiny 4)")
+    p.add_argument("--train-batch", type=int, default=None, help="training micro-batch (default: full 32, tiny 4)")
+    p.add_argument("--image-size", type=int, default=None, help="square image side (default: full 512, tiny 128)")
     p.add_argument("--num-inference-steps", type=int, default=50, help="T of the rollout images/s figure")
     p.add_argument("--iters", type=int, default=10, help="timed iterations per measurement")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     p.add_argument("--gradient-checkpointing", default="on", choices=["on", "off"],
                    help="activation checkpointing in the DiT for the training piece (the trainer's default: on)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp32"], help="default: bf16 on GPU, fp32 on CPU")
+    p.add_argument("--master-weights", default="fp32", choices=["fp32", "compute"],
+                   help="DiT parameter dtype: fp32 master weights + autocast to --dtype (the trainer's choice), or "
+                        "the compute dtype itself")
     p.add_argument("--peak_tflops", type=float, default=None, help="roofline TFLOP/s (default: from the GPU name)")
     p.add_argument("--no-vae", action="store_true", help="skip the VAE decode measurement")
     p.add_argument("--check-flops", action="store_true", help="compare the formula with FlopCounterMode")
+    p.add_argument("--flops-only", action="store_true",
+                   help="print the analytic FLOP table of the config (checked with FlopCounterMode on the meta "
+                        "device) without building or timing anything: the full config's numbers on any machine")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--smoke", action="store_true", help="tiny config, 64 px, batch 2, 2 iterations, --check-flops")
     args = p.parse_args(argv)
     if args.smoke:
         args.config, args.batch, args.train_batch, args.image_size = "tiny", 2, 2, 64
         args.num_inference_steps, args.iters, args.warmup, args.check_flops = 4, 2, 1, True
+    full = args.config == "full"
+    args.batch = args.batch or (32 if full else 4)
+    args.train_batch = args.train_batch or (32 if full else 4)
+    args.image_size = args.image_size or (512 if full else 128)
     return args
 
 
@@ -155,6 +169,29 @@ def counted_dit_flops(dit_cfg: dict, batch: int, latent_hw: int, text_tokens: in
     return float(counter.get_total_flops())
 
 
+def print_flop_table(fwd_flops: dict[str, float], hw: int, text_tokens: int) -> float:
+    total = sum(fwd_flops.values())
+    print_table(f"analytic DiT forward FLOPs per image ({(hw // 2) ** 2} + {text_tokens} tokens)",
+                ["component", "GFLOP", "share"],
+                [[k, v / 1e9, f"{100 * v / total:.1f}%"] for k, v in fwd_flops.items()]
+                + [["total", total / 1e9, "100%"]],
+                ["", ".4f" if total < 1e10 else ".1f", ""])
+    return total
+
+
+def print_flops_only(cfg: dict, args) -> int:
+    hw, L, T = args.image_size // 8, cfg["prompt_tokens"] + cfg["num_queries"], args.num_inference_steps
+    f1 = print_flop_table(dit_forward_flops(cfg["dit"], 1, hw, L), hw, L)
+    counted = counted_dit_flops(cfg["dit"], 1, hw, L)
+    print(f"\nper image: rollout T={T} forwards = {T * f1 / 1e12:.1f} TFLOP; one trained timestep (fwd+bwd) = "
+          f"{3 * f1 / 1e12:.2f} TFLOP (+{f1 / 1e12:.2f} recomputed with activation checkpointing)")
+    if args.peak_tflops:
+        print(f"at {args.peak_tflops:g} TFLOP/s: rollout >= {T * f1 / 1e12 / args.peak_tflops:.3f} s per image")
+    print_ratio("analytic / FlopCounterMode DiT forward FLOPs", f1 / counted)
+    print_rerun(__file__, threads=args.threads)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     setup_env(args.threads)
@@ -165,6 +202,8 @@ def main(argv=None) -> int:
     from deepgen_rl.rl.samplers import make_sigmas, sde_step
 
     cfg = FULL if args.config == "full" else TINY
+    if args.flops_only:
+        return print_flops_only(cfg, args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
     gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
@@ -172,16 +211,20 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
 
     t_build = time.perf_counter()
-    with torch.device(device):  # random init directly on the device (the full DiT has ~2.5 B parameters)
-        dit = SD3Transformer2DModel(**cfg["dit"]).to(dtype)
+    dit_dtype = torch.float32 if args.master_weights == "fp32" else dtype
+    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dit_dtype != dtype else nullcontext
+    with torch.device(device):  # random init directly on the device (the full DiT has 2.24 B parameters)
+        dit = SD3Transformer2DModel(**cfg["dit"]).to(dit_dtype)
+        levels = len(cfg["vae"]["block_out_channels"])
         vae = None if args.no_vae else AutoencoderKL(
-            in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * len(cfg["vae"]["block_out_channels"]),
-            up_block_types=("UpDecoderBlock2D",) * len(cfg["vae"]["block_out_channels"]), latent_channels=16,
+            in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * levels,
+            up_block_types=("UpDecoderBlock2D",) * levels, latent_channels=16,
             scaling_factor=1.5305, shift_factor=0.0609, use_quant_conv=False, use_post_quant_conv=False,
             **cfg["vae"]).to(dtype).eval().requires_grad_(False)
         ccfg = ConnectorConfig(**cfg["connector"])
         connector = Connector(ccfg).to(dtype).eval().requires_grad_(False)
-        proj1 = torch.nn.Linear(cfg["vlm_hidden"] * cfg["fused_layers"], ccfg.hidden_size).to(dtype).requires_grad_(False)
+        fused_width = cfg["vlm_hidden"] * cfg["fused_layers"]
+        proj1 = torch.nn.Linear(fused_width, ccfg.hidden_size).to(dtype).requires_grad_(False)
         proj2 = torch.nn.Linear(ccfg.hidden_size, cfg["dit"]["pooled_projection_dim"]).to(dtype).requires_grad_(False)
         proj3 = torch.nn.Linear(ccfg.hidden_size, cfg["dit"]["joint_attention_dim"]).to(dtype).requires_grad_(False)
     t_build = time.perf_counter() - t_build
@@ -202,8 +245,9 @@ def main(argv=None) -> int:
 
     def velocity(x, s, pe, po):  # exactly DeepGen.predict_velocity: timestep = sigma * 1000, DiT in its dtype
         t = torch.full((x.shape[0],), s * 1000.0, device=device, dtype=torch.float32)
-        return dit(hidden_states=x.to(dtype), encoder_hidden_states=pe, pooled_projections=po, timestep=t,
-                   return_dict=False)[0].float()
+        with autocast():
+            return dit(hidden_states=x.to(dit_dtype), encoder_hidden_states=pe.to(dit_dtype),
+                       pooled_projections=po.to(dit_dtype), timestep=t, return_dict=False)[0].float()
 
     x = torch.randn(B, 16, hw, hw, device=device)
 
@@ -274,17 +318,15 @@ def main(argv=None) -> int:
     T = args.num_inference_steps
     img_s = B / (T * t_roll + t_dec)
     print(f"\nDiT throughput: config {args.config!r} ({n_params / 1e9:.3f} B DiT params, built in {t_build:.1f} s with "
-          f"random weights), {gpu}, {str(dtype).replace('torch.', '')}, {args.image_size}x{args.image_size} px -> "
+          f"random weights), {gpu}, {str(dtype).replace('torch.', '')} compute, "
+          f"{str(dit_dtype).replace('torch.', '')} DiT weights, {args.image_size}x{args.image_size} px -> "
           f"{hw}x{hw} latents = {(hw // 2) ** 2} image tokens + {L} text tokens "
           f"({cfg['prompt_tokens']} prompt + {cfg['num_queries']} think; random conditioning: the VLM is not run), "
           f"gradient checkpointing {args.gradient_checkpointing}; medians of {args.iters} after {args.warmup} warm-up; "
           f"peak {'%g TFLOP/s' % peak if peak else 'unknown (pass --peak_tflops)'}; {load_note()}")
     print_table("timings", ["measurement", "ms", "GFLOP", "TFLOP/s", "of peak", "note"], rows,
                 ["", ".2f", ".1f" if f1 * B > 1e11 else ".4f", ".2f" if f1 * B > 1e11 else ".5f", ".1%", ""])
-    print_table(f"analytic DiT forward FLOPs per image ({(hw // 2) ** 2} + {L} tokens)",
-                ["component", "GFLOP", "share"],
-                [[k, v / 1e9, f"{100 * v / f1:.1f}%"] for k, v in fwd_flops.items()] + [["total", f1 / 1e9, "100%"]],
-                ["", ".3f", ""])
+    print_flop_table(fwd_flops, hw, L)
     print(f"\nrollout: {img_s:.3f} images/s at T={T} (= B / (T x step + decode)); training: {t_train * 1e3:.1f} ms per "
           f"trained (micro-batch of {Bt}, timestep) piece, {Bt / t_train:.2f} image-timesteps/s; "
           f"peak memory rollout {mem['rollout']:.1f} GiB, train {mem['train']:.1f} GiB")

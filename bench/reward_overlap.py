@@ -5,8 +5,9 @@
                                                      [--num-inference-steps 20] [--timestep-fraction 0.1]
                                                      [--pairs 2] [--warmup 1] [--threads 1] [--smoke]
 
-The trainer calls the reward once per rollout micro-batch, from a thread pool, as soon as that micro-batch is
-decoded, while the next micro-batches are generated; it waits for all rewards only after the rollout. The bench
+The trainer calls the reward from a thread pool as soon as whole prompt groups are decoded (with a rollout
+micro-batch that is a multiple of ``rollout_n``, as here: once per micro-batch), while the next micro-batches are
+generated; it waits for all rewards only after the rollout. The bench counts the calls per step (M). The bench
 gives the trainer one reward object (``SleepyBrightness``: sleeps ``sleep_s`` then scores mean brightness) and
 switches ``sleep_s`` between 0 and ``--sleep`` from step to step (a ``TrainerCallback``), so both settings run on
 the same model, weights and machine load: ``--warmup`` steps at 0 s, then ``--pairs`` x (0 s step, S s step).
@@ -18,7 +19,7 @@ M*S seconds of reward latency stay visible and (M-1)/M are hidden. (With calls s
 service that answers one request at a time, hiding also needs rollout compute per micro-batch >= S.) The last call
 cannot overlap anything: the advantages need every reward. So step(S) ~ step(0) + S, and the target
 step(S) / step(0 s) <= 1.15 needs step(0) >= S / 0.15 (13.3 s for S = 2 s): the default settings give ~2.7 s of
-rollout per micro-batch and a ~20 s step on one CPU thread.
+rollout per micro-batch and a ~23 s step on one CPU thread (2-core machine, loaded).
 """
 from __future__ import annotations
 
@@ -92,6 +93,7 @@ def make_switch_callback(reward, schedule: list[float]):
 
         def __init__(self):
             self.loop_s: list[float] = []
+            self.calls: list[int] = []
             self.resume = None
 
         def on_train_begin(self, args, state, control, **kwargs):
@@ -100,6 +102,7 @@ def make_switch_callback(reward, schedule: list[float]):
 
         def on_step_end(self, args, state, control, **kwargs):
             self.loop_s.append(time.perf_counter() - self.resume)
+            self.calls.append(reward.calls - sum(self.calls))
             reward.sleep_s = schedule[min(state.global_step, len(schedule) - 1)]
             self.resume = time.perf_counter()
 
@@ -115,7 +118,6 @@ def main(argv=None) -> int:
     from deepgen_rl.models import build_model
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from step_anatomy import grpo_config
 
     hf_logging.set_verbosity_error()
@@ -134,27 +136,29 @@ def main(argv=None) -> int:
         history = trainer.train(resume_from_checkpoint=False)
         load_after = load_note()
 
-    M = -(-args.images // args.rollout_mb)
+    n_mb = -(-args.images // args.rollout_mb)
+    M = max(callback.calls[args.warmup:])  # reward calls per step (= rollout micro-batches here)
     rows, by_sleep = [], {}
     for s in (0.0, args.sleep):
         steps = [i for i in range(args.warmup, len(schedule)) if schedule[i] == s]
         med = {k: median(history[i][f"time/{k}_s"] for i in steps) for k in ("rollout", "reward_wait", "update")}
         med["loop"] = median(callback.loop_s[i] for i in steps)
         by_sleep[s] = med
-        rows.append([f"{s:g} s/call", med["loop"], med["rollout"], med["rollout"] / M, med["reward_wait"],
+        rows.append([f"{s:g} s/call", med["loop"], med["rollout"], med["rollout"] / n_mb, med["reward_wait"],
                      med["update"], args.images / med["loop"], len(steps)])
     base, slow = by_sleep[0.0], by_sleep[args.sleep]
     total_latency = M * args.sleep
     extra = slow["loop"] - base["loop"]
-    print(f"\nReward overlap: preset {args.preset!r}, {args.image_size}x{args.image_size} px, {args.images} images/step "
-          f"in M={M} rollout micro-batches of {args.rollout_mb} (one reward call each, reward_workers "
-          f"{cfg.reward_workers}), T={args.num_inference_steps}, {args.threads} torch thread(s), fp32 CPU")
+    print(f"\nReward overlap: preset {args.preset!r}, {args.image_size}x{args.image_size} px, {args.images} "
+          f"images/step in {n_mb} rollout micro-batches of {args.rollout_mb}, M={M} reward calls per step "
+          f"(reward_workers {cfg.reward_workers}), T={args.num_inference_steps}, {args.threads} torch thread(s), "
+          f"fp32 CPU")
     print(f"steps alternate 0 s / {args.sleep:g} s after {args.warmup} warm-up step(s); medians; "
           f"{load_before} (before) / {load_after} (after)")
     print_table("seconds per step (median)",
                 ["reward sleep", "step s", "rollout s", "rollout/mb s", "reward wait s", "update s", "images/s", "n"],
                 rows, ["", ".3f", ".3f", ".3f", ".3f", ".3f", ".2f", ""])
-    per_mb = base["rollout"] / M
+    per_mb = base["rollout"] / n_mb
     print(f"\nreward latency per step: M x S = {M} x {args.sleep:g} s = {total_latency:.1f} s; hideable by design: "
           f"(M-1)/M = {(M - 1) / M:.1%} ({(M - 1) * args.sleep:.1f} s) with {cfg.reward_workers} reward workers "
           f"(serialised calls would also need rollout per micro-batch >= S: here {per_mb:.2f} s vs "
@@ -162,8 +166,8 @@ def main(argv=None) -> int:
     hidden = 1.0 - extra / total_latency if total_latency > 0 else float("nan")
     print(f"measured: step grew by {extra:.2f} s of {total_latency:.1f} s of reward latency -> hidden {hidden:.1%}; "
           f"expected step ratio ~ 1 + S/step(0) = {1 + args.sleep / base['loop']:.3f}x")
-    print_ratio(f"reward_overlap (step with {args.sleep:g} s reward / step with 0 s reward)", slow["loop"] / base["loop"],
-                TARGET)
+    print_ratio(f"reward_overlap (step with {args.sleep:g} s reward / step with 0 s reward)",
+                slow["loop"] / base["loop"], TARGET)
     d_wait = slow["reward_wait"] - base["reward_wait"]
     print(f"time/reward_wait_s grew by {d_wait:.2f} s (by design: about {args.sleep:g} s, the last call); on a shared "
           f"machine the compute phases vary from step to step, so the wait-only ratio below isolates the latency")
