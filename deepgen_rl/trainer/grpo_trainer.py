@@ -411,6 +411,8 @@ class DeepGenGRPOTrainer(Trainer):
         m.update({f"train/{k}": v for k, v in train.items()})
         m["train/first_ratio_max_abs_dev"] = update_stats[0].get("first_ratio_max_abs_dev", 0.0)
         m["train/optimizer_steps"] = float(self.counters["optimizer_steps"])
+        if self.engine is not None:  # DeepSpeed's own count of optimizer steps, independent of ours
+            m["train/engine_global_steps"] = float(self.engine.global_steps)
         m["train/skipped_updates"] = float(self.counters["skipped_updates"])
         m["train/vlm_prompt_encodings"] = float(batch.num_prompt_encodings)
         m["train/lr"] = float(self.lr_scheduler.get_last_lr()[0]) if self.lr_scheduler is not None else 0.0

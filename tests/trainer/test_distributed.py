@@ -45,6 +45,8 @@ def test_two_process_deepspeed(tmp_path, ds_config):
     assert (ckpt / "deepspeed").is_dir()
     metrics = read_metrics(out)
     assert [m["train/optimizer_steps"] for m in metrics] == [1.0, 2.0]
+    # DeepSpeed's own step counter agrees: exactly one engine step per rollout batch (4 backward passes each)
+    assert [m["train/engine_global_steps"] for m in metrics] == [1.0, 2.0]
     # global groups: the advantage each rank used equals a single-process computation on the gathered batch
     for step in (1, 2):
         recs = _records(out, step, 2)
@@ -91,7 +93,7 @@ def test_exact_resume(tmp_path, ngpus, ds_config):
 
 def test_kill_during_checkpoint_write_resumes_from_previous(tmp_path):
     out = tmp_path / "run"
-    proc = train_sh(out, "--max_steps", "3", "--save_steps", "1", "--debug_checkpoint_delay_s", "60", popen=True)
+    proc = train_sh(out, "--max_steps", "3", "--save_steps", "1", "--debug_checkpoint_delay_s", "8", popen=True)
     try:
         marker = out / "checkpoint-2.tmp" / "WRITING"
         deadline = time.time() + 300
