@@ -303,6 +303,7 @@ class DeepGenGRPOTrainer(Trainer):
         lam = args.sftaux_coef if self.sftaux is not None and (
             self.counters["optimizer_steps"] % args.sftaux_every_n_steps == 0) else 0.0
         pieces = [(mb, j) for mb in mbs for j in trained]
+        self._boundary_backward_done = False
         acc: dict[str, float] = {}
         nonfinite = 0
         total_backward = len(pieces) + (1 if lam > 0 else 0)
@@ -333,8 +334,21 @@ class DeepGenGRPOTrainer(Trainer):
                 nonfinite += 1
         acc["nonfinite_losses"] = float(nonfinite)
         skip = nonfinite == total_backward
+        if not skip and self.engine is not None and not self._boundary_backward_done:
+            # The last piece was non-finite and skipped, so no backward ran at DeepSpeed's accumulation boundary
+            # (where ZeRO reduces the accumulated gradients). Close it with a backward of an exactly-zero loss
+            # that touches every DiT parameter through a real forward.
+            self._zero_boundary_backward(batch)
         acc["grad_norm"] = self._optimizer_step(skip)
         return acc
+
+    def _zero_boundary_backward(self, batch) -> None:
+        x = torch.zeros_like(batch.latents[:1, 0]).to(self.device)
+        cond = batch.cond.index_select(torch.zeros(1, dtype=torch.long, device=self.device))
+        with self._autocast():
+            v = self.deepgen.predict_velocity(x, torch.full((1,), 0.5, device=self.device), cond,
+                                              transformer=self.dit_module)
+        self._backward(v.float().sum() * 0.0, is_last=True)
 
     def _all_finite(self, loss: torch.Tensor) -> bool:
         flag = torch.tensor([0.0 if torch.isfinite(loss.detach()).all() else 1.0])
@@ -348,6 +362,7 @@ class DeepGenGRPOTrainer(Trainer):
             self.engine.backward(loss)
         else:
             loss.backward()
+        self._boundary_backward_done = self._boundary_backward_done or is_last
 
     def _optimizer_step(self, skip: bool) -> float:
         """ONE optimizer update (plus LR scheduler and EMA). Returns the gradient norm (before clipping)."""
