@@ -92,19 +92,32 @@ class DeepGenGRPOTrainer(Trainer):
             self.ref_dit = copy.deepcopy(dit).requires_grad_(False).eval()
             if args.bf16:
                 self.ref_dit.to(torch.bfloat16)  # frozen: no master weights needed
-        self.create_optimizer()
-        self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
         if args.deepspeed_config:
             import deepspeed
 
             if not dist.is_dist():
                 deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
             ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world)
-            self.engine, self.optimizer, _, self.lr_scheduler = deepspeed.initialize(
-                model=dit, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler, config=ds_config,
-                dist_init_required=False)
+            if "optimizer" in ds_config:
+                # the JSON asks DeepSpeed for its own optimizer (e.g. DeepSpeedCPUAdam for ZeRO-Offload); the HF LR
+                # schedule is then built on the optimizer DeepSpeed creates
+                def make_scheduler(ds_optimizer):
+                    base = getattr(ds_optimizer, "optimizer", ds_optimizer)
+                    return self.create_scheduler(num_training_steps=updates, optimizer=base)
+
+                self.engine, self.optimizer, _, self.lr_scheduler = deepspeed.initialize(
+                    model=dit, model_parameters=[p for p in dit.parameters() if p.requires_grad],
+                    lr_scheduler=make_scheduler, config=ds_config, dist_init_required=False)
+            else:
+                self.create_optimizer()
+                self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
+                self.engine, self.optimizer, _, self.lr_scheduler = deepspeed.initialize(
+                    model=dit, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler, config=ds_config,
+                    dist_init_required=False)
             self.zero_stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
         else:
+            self.create_optimizer()
+            self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
             self.zero_stage = 0
         if args.ema_decay > 0:
             with gathered_params(self.dit_module, self.zero_stage):

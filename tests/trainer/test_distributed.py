@@ -19,6 +19,8 @@ from tests.trainer.helpers import ROOT, read_metrics, train_sh
 pytestmark = pytest.mark.slow
 ZERO2 = str(ROOT / "scripts/deepspeed/zero2.json")
 ZERO3 = str(ROOT / "scripts/deepspeed/zero3.json")
+ZERO3_OFFLOAD = str(ROOT / "scripts/deepspeed/zero3_offload.json")
+ZERO3_SD3 = str(ROOT / "scripts/deepspeed/zero3_sd3.json")
 
 
 def _digests(ckpt: Path) -> list[dict]:
@@ -33,7 +35,8 @@ def _records(out: Path, step: int, world: int) -> list[dict]:
     return recs
 
 
-@pytest.mark.parametrize("ds_config", [ZERO2, ZERO3], ids=["zero2", "zero3"])
+@pytest.mark.parametrize("ds_config", [ZERO2, ZERO3, ZERO3_OFFLOAD, ZERO3_SD3],
+                         ids=["zero2", "zero3", "zero3_offload", "zero3_sd3"])
 def test_two_process_deepspeed(tmp_path, ds_config):
     out = tmp_path / "run"
     train_sh(out, "--max_steps", "2", "--save_steps", "2", "--save_rollout_records", "true",
@@ -43,6 +46,11 @@ def test_two_process_deepspeed(tmp_path, ds_config):
     d0, d1 = _digests(ckpt)
     assert d0 == d1, "ranks ended with different DiT weights"
     assert (ckpt / "deepspeed").is_dir()
+    from tests.trainer.helpers import tiny_model
+
+    initial = tiny_model().transformer.state_dict()
+    trained = load_file(str(ckpt / "dit.safetensors"))
+    assert any(not torch.equal(initial[k].float(), trained[k]) for k in trained), "the DiT did not train"
     metrics = read_metrics(out)
     assert [m["train/optimizer_steps"] for m in metrics] == [1.0, 2.0]
     # DeepSpeed's own step counter agrees: exactly one engine step per rollout batch (4 backward passes each)

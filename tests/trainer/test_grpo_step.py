@@ -126,3 +126,24 @@ def test_exploding_weighted_reward_marks_samples_invalid(tmp_path):
     assert m["reward_failures/boom"] == 8 and m["reward_calls/boom"] == 8
     assert m["reward/boom"] != m["reward/boom"]  # NaN: no valid score at all, nothing fabricated
     assert m["advantage/num_partial_reward"] == 8
+
+
+def test_ema_follows_the_closed_form(tmp_path):
+    """ema_0 = θ_0; ema_t = d·ema_{t-1} + (1-d)·θ_t after each optimizer step (checked from the checkpoints)."""
+    from safetensors.torch import load_file
+
+    model = tiny_model()
+    theta0 = {k: v.detach().clone().float() for k, v in model.transformer.state_dict().items()}
+    d = 0.6
+    run_inprocess(tmp_path, model=model, max_steps=2, save_steps=1, ema_decay=d)
+    theta1 = load_file(str(tmp_path / "checkpoint-1" / "dit.safetensors"))
+    theta2 = load_file(str(tmp_path / "checkpoint-2" / "dit.safetensors"))
+    ema2 = load_file(str(tmp_path / "checkpoint-2" / "ema_dit.safetensors"))
+    names = [n for n, _ in model.transformer.named_parameters()]
+    assert set(names) <= set(ema2)
+    moved = 0
+    for k in names:
+        expected = d * (d * theta0[k] + (1 - d) * theta1[k]) + (1 - d) * theta2[k]
+        assert torch.allclose(ema2[k], expected, atol=1e-6), k
+        moved += int(not torch.equal(ema2[k], theta2[k]))
+    assert moved > 0  # the EMA is not just a copy of the live weights
