@@ -31,7 +31,7 @@ def main(argv=None):
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
     from deepgen_rl.utils import dist
 
-    dist.init_process_group_if_needed()
+    dist.init_process_group_if_needed(timeout_s=args.ddp_timeout)  # --ddp_timeout bounds every collective wait
     set_seed(args.seed)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     model = build_model(model_args.model_config, checkpoint=model_args.checkpoint)

@@ -45,7 +45,7 @@ class DeepGenGRPOTrainer(Trainer):
     def __init__(self, model, args: GRPOConfig, *, dataset_config: str, eval_dataset_config: str | None = None,
                  sftaux_dataset_config: str | None = None, rewards: dict | None = None, run_configs: dict | None = None,
                  callbacks=None):
-        dist.init_process_group_if_needed()
+        dist.init_process_group_if_needed(timeout_s=args.ddp_timeout)
         self.deepgen = model
         self.rank, self.world = dist.rank(), dist.world_size()
         self.layout = batch_layout(args, self.world)
@@ -188,8 +188,11 @@ class DeepGenGRPOTrainer(Trainer):
                     break
             if self.state.global_step and not ckpt.final_dir_for(args.output_dir, self.state.global_step).exists():
                 self.save_checkpoint(self.state.global_step)
-        finally:
-            self._executor.shutdown(wait=True)
+        except BaseException:
+            # Ctrl-C or a crash: do not wait for pending reward requests (they may be retrying a dead service)
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            raise
+        self._executor.shutdown(wait=True)
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.history
 
