@@ -145,7 +145,10 @@ def test_eval_inside_two_process_training(tmp_path):
         step_dir = out / "eval" / f"step_{step}"
         summary = json.loads((step_dir / "unigenbench_summary.json").read_text())
         s = summary["demo_unigenbench"] if "demo_unigenbench" in summary else summary
+        # the fake judge answers "all test points correct" for the 2 prompts: 2 prompts x 2 duplicates judged
+        assert s["num_judged"] == 4 and s["num_failed"] == 0 and s["overall_acc"] == 1.0
         assert (step_dir / "index.html").is_file()
+        assert "0.0.png" in (step_dir / "index.html").read_text()
         pngs = sorted((step_dir / "demo_unigenbench").glob("*.png"))
         assert [p.name for p in pngs] == ["0.0.png", "0.1.png", "1.0.png", "1.1.png"]
     metrics = read_metrics(out)
