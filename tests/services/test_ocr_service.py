@@ -141,3 +141,46 @@ def test_bearer_token_enforced(service):
     assert httpx.get(f"{service.url}/stats").status_code == 401
     assert post(service, body).status_code == 200
     assert httpx.get(f"{service.url}/health").status_code == 200  # health stays open
+
+
+def test_extreme_aspect_image_fails_alone_and_service_survives(service):
+    """RapidOCR raises on 1x4000 / 4000x2 images: those get null + an error, the rest of the request is scored."""
+    before = httpx.get(f"{service.url}/stats", headers=AUTH, timeout=5).json()
+    hello, sale = render_text_image("Hello World"), render_text_image(["BIG SALE", "50% OFF"])
+    body = {
+        "images": [b64(hello), b64(Image.new("RGB", (1, 4000), "white")), b64(Image.new("RGB", (4000, 2), "white")),
+                   b64(sale), b64(Image.new("RGB", (1, 4000), "white"))],
+        "prompts": ['"Hello World"', '"thin"', '"flat"', '"BIG SALE" "50% OFF"', "no quoted text"],
+    }
+    response = post(service, body)
+    assert response.status_code == 200, response.text
+    out = response.json()
+    assert out["scores"][0] >= 0.9 and out["scores"][3] >= 0.9
+    assert out["scores"][1] is None and out["scores"][2] is None and out["scores"][4] is None
+    assert out["texts"][1] == out["texts"][2] == ""
+    assert "ResizeImgError" in out["errors"][1] and "ResizeImgError" in out["errors"][2]
+    assert out["errors"][0] is None and out["errors"][3] is None
+    assert out["errors"][4] is None  # no target text: not OCR'd, so no error
+    after = httpx.get(f"{service.url}/stats", headers=AUTH, timeout=5).json()
+    assert after["images_failed"] - before["images_failed"] == 2
+    assert service.alive() and httpx.get(f"{service.url}/health", timeout=5).json()["status"] == "ok"
+
+
+def test_unexpected_exception_is_a_json_500(monkeypatch):
+    """Any exception outside the per-image OCR (here: target extraction) answers 500 with a JSON error body."""
+    from fastapi.testclient import TestClient
+
+    from deepgen_rl.services.ocr import app as app_module
+    from deepgen_rl.services.ocr.config import OcrServiceConfig
+
+    def boom(prompt):
+        raise RuntimeError("extraction exploded")
+
+    monkeypatch.setattr(app_module, "extract_target_texts", boom)
+    client = TestClient(app_module.create_app(OcrServiceConfig(threads=1, ort_threads=1)),
+                        raise_server_exceptions=False)
+    response = client.post("/score", json={"images": [b64(Image.new("RGB", (8, 8)))], "prompts": ['"x"']})
+    assert response.status_code == 500
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == {"error": "internal error: RuntimeError: extraction exploded"}
+    assert client.get("/health").status_code == 200

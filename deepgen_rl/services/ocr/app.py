@@ -2,11 +2,16 @@
 
 Endpoints (API and limits in docs/rewards.md):
   GET  /health -> {"status": "ok", "pid", "threads", "max_images"} (no auth)
-  GET  /stats  -> per-process counters (requests, images received, images OCR'd, rejected requests)
-  POST /score  {"images": [base64 PNG/JPEG], "prompts": [str]} -> {"scores": [float|null], "texts": [str]}
+  GET  /stats  -> per-process counters (requests, images received, images OCR'd, images whose OCR failed, rejected
+                  requests)
+  POST /score  {"images": [base64 PNG/JPEG], "prompts": [str]}
+               -> {"scores": [float|null], "texts": [str], "errors": [str|null]}
 
 Parsing/decoding and OCR run in worker threads (OCR in a dedicated pool of ``OCR_THREADS``), never on the event loop.
-Only images whose prompt holds quoted target text are OCR'd; the others get score null and text "".
+Only images whose prompt holds quoted target text are OCR'd; the others get score null, text "" and error null.
+An image whose OCR or scoring raises (e.g. RapidOCR's ``ResizeImgError`` on a 1x4000 image) gets score null, text ""
+and ``errors[i] = "<ExceptionType>: <message>"``; the other images of the request are scored as usual (200). Any other
+unexpected exception answers 500 with the JSON body ``{"error": "internal error: <ExceptionType>: <message>"}``.
 """
 from __future__ import annotations
 
@@ -35,7 +40,8 @@ def create_app(config: OcrServiceConfig | None = None) -> FastAPI:
     engine.set_onnxruntime_threads(config.ort_threads)
     executor = ThreadPoolExecutor(max_workers=max(1, config.threads), thread_name_prefix="ocr")
     # Mutated only on the event-loop thread, so no lock is needed.
-    stats = {"requests": 0, "requests_rejected": 0, "images_received": 0, "images_ocr": 0, "pending_images": 0}
+    stats = {"requests": 0, "requests_rejected": 0, "images_received": 0, "images_ocr": 0, "images_failed": 0,
+             "pending_images": 0}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -50,6 +56,11 @@ def create_app(config: OcrServiceConfig | None = None) -> FastAPI:
         headers = {"Retry-After": "1"} if exc.status_code == 429 else None
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else headers
         return JSONResponse({"error": exc.message}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette's ServerErrorMiddleware sends this body, then re-raises so that uvicorn still logs the traceback.
+        return JSONResponse({"error": f"internal error: {_describe(exc)}"}, status_code=500)
 
     def check_token(request: Request) -> None:
         if config.token is None:
@@ -92,17 +103,33 @@ def create_app(config: OcrServiceConfig | None = None) -> FastAPI:
         stats["images_ocr"] += len(todo)
         scores: list[float | None] = [None] * len(parsed.images)
         texts = [""] * len(parsed.images)
-        for i, (text, value) in zip(todo, results):
-            texts[i], scores[i] = text, value
-        return {"scores": scores, "texts": texts}
+        errors: list[str | None] = [None] * len(parsed.images)
+        for i, (text, value, error) in zip(todo, results):
+            texts[i], scores[i], errors[i] = text, value, error
+            if error is not None:
+                stats["images_failed"] += 1
+                logger.warning("OCR of images[%d] (%dx%d) failed: %s", i, *parsed.images[i].size, error)
+        return {"scores": scores, "texts": texts, "errors": errors}
 
     return app
 
 
-def recognize_and_score(image, prompt: str) -> tuple[str, float | None]:
-    """OCR ``image`` and score it against ``prompt`` (runs in the OCR pool: both steps are CPU-bound)."""
-    text = engine.recognize_text(image)
-    return text, ocr_score(prompt, text)
+def _describe(exc: BaseException) -> str:
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def recognize_and_score(image, prompt: str) -> tuple[str, float | None, str | None]:
+    """OCR ``image`` and score it against ``prompt`` (runs in the OCR pool: both steps are CPU-bound).
+
+    Returns (text, score, None), or ("", None, "<ExceptionType>: <message>") when OCR or scoring raises for this image
+    (RapidOCR does on extreme aspect ratios such as 1x4000), so one odd image never fails the whole request.
+    """
+    try:
+        text = engine.recognize_text(image)
+        return text, ocr_score(prompt, text), None
+    except Exception as exc:  # noqa: BLE001 - any per-image failure becomes that image's error
+        return "", None, _describe(exc)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
