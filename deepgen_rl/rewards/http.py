@@ -2,14 +2,17 @@
 
 Retry policy (one place, used by every client): retry only on transport errors (connection refused/reset, timeouts),
 HTTP 429 and HTTP 5xx, at most ``max_retries`` times, sleeping ``min(backoff_s * 2**attempt, max_backoff_s)`` (or the
-server's numeric ``Retry-After`` on 429, capped the same way). Any other status (4xx) fails at once: resending the same
-request cannot fix it. The final failure is raised as :class:`RequestFailed`; callers turn it into ``valid=False``.
+server's ``Retry-After`` in seconds on 429, capped the same way, when it is a finite number >= 0; a missing, negative,
+NaN, infinite or non-numeric ``Retry-After`` falls back to the backoff). Any other status (4xx) fails at once:
+resending the same request cannot fix it. The final failure is raised as :class:`RequestFailed`; callers turn it into
+``valid=False``.
 """
 from __future__ import annotations
 
 import base64
 import io
 import logging
+import math
 import time
 from typing import Any
 
@@ -53,6 +56,15 @@ def _is_retryable_status(code: int) -> bool:
     return code == 429 or 500 <= code <= 599
 
 
+def _parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header, or None unless it is a finite number >= 0 (HTTP dates are ignored)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
 def post_json_with_retries(
     client: httpx.Client,
     url: str,
@@ -84,10 +96,7 @@ def post_json_with_retries(
             if not _is_retryable_status(status):
                 raise RequestFailed(f"{url}: {error}", attempts=attempts, status_code=status)
             if status == 429:
-                try:
-                    retry_after = float(response.headers.get("retry-after", ""))
-                except ValueError:
-                    retry_after = None
+                retry_after = _parse_retry_after(response.headers.get("retry-after"))
         if attempts > max_retries:
             raise RequestFailed(f"{url}: {error} (gave up after {attempts} attempts)", attempts=attempts,
                                 status_code=status)

@@ -57,7 +57,7 @@ def test_ocr_reward_unreachable_service_is_invalid_not_scored():
 
 
 class _ScriptedOcr:
-    """A local server answering /score from a script of (status, body) responses; counts requests."""
+    """A local server answering /score from a script of (status, body[, headers]) responses; counts requests."""
 
     def __init__(self, script):
         self.script, self.requests = list(script), 0
@@ -70,9 +70,11 @@ class _ScriptedOcr:
             def do_POST(self):
                 n = len(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["images"])
                 owner.requests += 1
-                status, body = owner.script.pop(0) if owner.script else (500, {"error": "script exhausted"})
+                status, body, *extra = owner.script.pop(0) if owner.script else (500, {"error": "script exhausted"})
                 data = json.dumps(body(n) if callable(body) else body).encode()
                 self.send_response(status)
+                for key, value in (extra[0] if extra else {}).items():
+                    self.send_header(key, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -93,6 +95,56 @@ def test_ocr_reward_retries_5xx_and_429_then_succeeds():
     server.server.shutdown()
 
 
+def test_unusable_retry_after_falls_back_to_backoff(monkeypatch):
+    """Retry-After -1 / nan / inf / junk: normal backoff (time.sleep(-1) or sleep(nan) would raise ValueError and
+    abort the whole reward call); 0 and 5 are used, capped by max_backoff_s; then the request succeeds."""
+    from deepgen_rl.rewards import http
+
+    delays = []
+    monkeypatch.setattr(http.time, "sleep", delays.append)
+    ok = lambda n: {"scores": [0.5] * n, "texts": ["t"] * n}  # noqa: E731
+    busy = [(429, {"error": "busy"}, {"Retry-After": value}) for value in ("-1", "nan", "inf", "soon", "0", "5")]
+    server = _ScriptedOcr([*busy, (200, ok)])
+    reward = get_reward("ocr", url=server.url, backoff_s=0.01, max_backoff_s=0.05, max_retries=6)
+    out = reward([render_text_image("x")] * 2, ['"x"'] * 2, [{}] * 2)
+    assert out.valid.all() and out.scores.tolist() == [0.5, 0.5] and out.info["retries"] == 6
+    assert delays == pytest.approx([0.01, 0.02, 0.04, 0.05, 0.0, 0.05])
+    assert server.requests == 7
+    server.server.shutdown()
+
+
+def test_negative_and_nan_retry_after_really_sleep_and_succeed():
+    """Unpatched time.sleep: a negative or NaN Retry-After must not raise ValueError out of the retry loop."""
+    from deepgen_rl.rewards.http import post_json_with_retries
+
+    server = _ScriptedOcr([(429, {}, {"Retry-After": "-1"}), (429, {}, {"Retry-After": "nan"}), (200, {"ok": 1})])
+    with httpx.Client() as client:
+        body, attempts = post_json_with_retries(client, f"{server.url}/score", {"images": []}, timeout_s=5,
+                                                max_retries=2, backoff_s=0.01)
+    assert body == {"ok": 1} and attempts == 3 and server.requests == 3
+    server.server.shutdown()
+
+
+def test_ocr_reward_per_image_error_invalidates_only_that_image():
+    body = {"scores": [0.5, None, None, 1.0], "texts": ["t", "", "", "u"],
+            "errors": [None, "ResizeImgError", None, None]}
+    server = _ScriptedOcr([(200, body)])
+    out = get_reward("ocr", url=server.url)([render_text_image("x")] * 4, ['"x"', '"y"', "none", '"u"'], [{}] * 4)
+    assert out.valid.tolist() == [True, False, False, True] and out.scores.tolist() == [0.5, 0.0, 0.0, 1.0]
+    assert out.info["image_failed"] == 1 and out.info["no_target_text"] == 1 and out.info["request_failed"] == 0
+    assert out.info["errors"] == ["images[1]: ResizeImgError"] and out.info["texts"] == ["t", "", "", "u"]
+    assert out.info["num_failed"] == 2 and out.info["num_scored"] == 2
+    server.server.shutdown()
+
+
+def test_ocr_reward_extreme_aspect_image_against_real_service(service):
+    images = [render_text_image("Hello World"), Image.new("RGB", (1, 4000), "white"), render_text_image("DeepGen RL")]
+    out = get_reward("ocr", url=service.url)(images, ['"Hello World"', '"thin"', '"DeepGen RL"'], [{}] * 3)
+    assert out.valid.tolist() == [True, False, True] and out.scores[0] >= 0.9 and out.scores[2] >= 0.9
+    assert out.info["image_failed"] == 1 and out.info["request_failed"] == 0 and out.info["requests"] == 1
+    assert len(out.info["errors"]) == 1 and out.info["errors"][0].startswith("images[1]: ResizeImgError")
+
+
 @pytest.mark.parametrize(
     "script",
     [
@@ -100,6 +152,12 @@ def test_ocr_reward_retries_5xx_and_429_then_succeeds():
         [(200, {"scores": [0.5]})],  # wrong length
         [(200, {"scores": [7.0, 0.1]})],  # out of range
         [(500, {})] * 3,  # retries exhausted
+        [(200, {"scores": [0.5, 0.5], "texts": ["t"]})],  # fewer texts than scores (zip would drop a score)
+        [(200, {"scores": [0.5, 0.5]})],  # texts missing
+        [(200, {"scores": [0.5, 0.5], "texts": ["t", 3]})],  # a text that is not a string
+        [(200, {"scores": [0.5, 0.5], "texts": ["t", "u"], "errors": [None]})],  # errors of the wrong length
+        [(200, {"scores": [0.5, 0.5], "texts": ["t", "u"], "errors": [None, 1]})],  # an error that is not a string
+        [(200, {"scores": [0.5, 0.5], "texts": ["t", "u"], "errors": [None, "x"]})],  # a score and an error
     ],
 )
 def test_ocr_reward_bad_responses_mark_invalid(script):
@@ -177,3 +235,11 @@ def test_compute_weighted_rewards_runs_rewards_concurrently():
     out = compute_weighted_rewards({"a": Waits(), "b": Waits()}, images, ["x", "y"], [{}, {}], torch.ones(2, 2),
                                    ["a", "b"])
     assert out.valid.all()
+
+
+def test_ocr_reward_short_texts_error_message_is_clear():
+    server = _ScriptedOcr([(200, {"scores": [0.5, 0.5], "texts": ["t"]})])
+    out = get_reward("ocr", url=server.url)([render_text_image("x")] * 2, ['"x"'] * 2, [{}] * 2)
+    assert not out.valid.any()
+    assert "'texts' must be a list of 2 strings or nulls, got a list of 1 (str)" in out.info["errors"][0]
+    server.server.shutdown()
