@@ -81,3 +81,35 @@ def test_clear_error_without_model(monkeypatch, tmp_path):
     monkeypatch.setenv("CLIP_MODEL_NAME_OR_PATH", str(tmp_path / "missing"))
     with pytest.raises(OSError, match="CLIP_MODEL_NAME_OR_PATH"):
         get_reward("clip_sim")
+
+
+def test_scores_equal_an_independent_cosine_and_depend_on_the_prompt(clip_dir):
+    """Recompute cos(text, image) with the model's own feature functions on our own tokenisation (longest padding)
+    and preprocessing (32x32 images need no resize/crop: rescale + CLIP mean/std by hand)."""
+    from transformers import AutoTokenizer, CLIPModel
+
+    reward = get_reward("clip_sim", model_name_or_path=clip_dir, batch_size=2)
+    gen = torch.Generator().manual_seed(0)
+    pixels = [torch.randint(0, 256, (32, 32, 3), generator=gen, dtype=torch.uint8) for _ in range(2)]
+    pil = [Image.fromarray(p.numpy(), "RGB") for p in pixels]
+    prompts = ["a photo of a red cat", "dog w5 w17", "a photo of a red cat", "w9"]
+    batch_images = [pil[0], pil[0], pil[1], pil[1]]
+    out = reward(batch_images, prompts, [{}] * 4)
+
+    model = CLIPModel.from_pretrained(clip_dir).eval()
+    tokens = AutoTokenizer.from_pretrained(clip_dir)(prompts, padding=True, return_tensors="pt")
+    mean = torch.tensor([0.48145466, 0.4578275, 0.40821073]).view(3, 1, 1)
+    std = torch.tensor([0.26862954, 0.26130258, 0.27577711]).view(3, 1, 1)
+    pixel_values = torch.stack([(pixels[i].permute(2, 0, 1).float() / 255 - mean) / std for i in (0, 0, 1, 1)])
+
+    def tensor(output):
+        return output if isinstance(output, torch.Tensor) else output.pooler_output
+
+    with torch.no_grad():
+        text = tensor(model.get_text_features(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"]))
+        image = tensor(model.get_image_features(pixel_values=pixel_values))
+    expected = (text / text.norm(dim=-1, keepdim=True) * (image / image.norm(dim=-1, keepdim=True))).sum(-1)
+    assert torch.allclose(out.scores, expected, atol=1e-5), (out.scores, expected)
+    # the same image, different prompts -> different scores (and the same prompt, different images too)
+    assert abs(out.scores[0] - out.scores[1]) > 1e-3 and abs(out.scores[2] - out.scores[3]) > 1e-3
+    assert abs(out.scores[0] - out.scores[2]) > 1e-3
