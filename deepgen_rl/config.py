@@ -120,6 +120,20 @@ class GRPOConfig(TrainingArguments):
         if self.atrain_algorithm in ("grpoguard", "diffusionnft") and self.atrain_num_actor_update_steps != 1:
             raise ValueError(f"--atrain_algorithm {self.atrain_algorithm} needs --atrain_num_actor_update_steps 1 "
                              "(its old-policy terms are taken from the weights that sampled the rollout)")
+        from deepgen_rl.rl.samplers import check_eta
+
+        check_eta(self.atrain_sde_sampler, self.sde_eta)
+        if not self.clip_range > 0 or not self.adv_clip_max > 0:
+            raise ValueError("--clip_range and --adv_clip_max must be > 0")
+        if self.sde_window_size < 0:
+            raise ValueError("--sde_window_size must be >= 0")
+        window_range = self.window_range()  # validates the 'lo,hi' format
+        if self.sde_window_size > 0:
+            lo, hi = window_range or (0, self.num_inference_steps - 1)
+            if not (0 <= lo and hi <= self.num_inference_steps - 1 and hi - lo >= self.sde_window_size):
+                raise ValueError(f"--sde_window_size {self.sde_window_size} does not fit in --sde_window_range "
+                                 f"[{lo}, {hi}) of the {self.num_inference_steps} steps (the last step is never "
+                                 "stochastic-trained)")
         if self.eval_inference_mode not in ("ode", "sde"):
             raise ValueError("--eval_inference_mode must be ode or sde")
         if self.trajectory_device not in ("cpu", "device"):
@@ -147,7 +161,11 @@ class GRPOConfig(TrainingArguments):
     def window_range(self) -> tuple[int, int] | None:
         if not self.sde_window_range:
             return None
-        lo, hi = (int(x) for x in self.sde_window_range.split(","))
+        parts = self.sde_window_range.split(",")
+        try:
+            lo, hi = (int(x) for x in parts)
+        except ValueError:
+            raise ValueError(f"--sde_window_range must be 'lo,hi' (two integers), got {self.sde_window_range!r}") from None
         return lo, hi
 
 

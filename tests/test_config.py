@@ -58,6 +58,12 @@ def test_invalid_layout_message_shows_counts():
     (("--reward_kwargs", "{bad"), "reward_kwargs"),
     (("--atrain_algorithm", "diffusionnft", "--atrain_num_actor_update_steps", "2"), "atrain_num_actor_update_steps"),
     (("--image_height", "100"), "multiples of 16"),
+    (("--sde_eta", "-1", "--atrain_sde_sampler", "flowgrpo_sde"), "eta must be a finite number >= 0"),
+    (("--sde_eta", "2"), "cps_sde: eta must be in"),
+    (("--clip_range", "-0.5"), "clip_range"),
+    (("--adv_clip_max", "0"), "adv_clip_max"),
+    (("--sde_window_range", "5"), "lo,hi"),
+    (("--sde_window_size", "3", "--sde_window_range", "40,10"), "does not fit"),
 ])
 def test_invalid_arguments_fail_at_start(argv, needle):
     with pytest.raises(ValueError, match=needle):

@@ -95,12 +95,11 @@ def sample_latents(model, cond, noise: torch.Tensor, *, cfg_scale: float, num_in
 
     if inference_mode not in ("ode", "sde"):
         raise ValueError(f"inference_mode must be 'ode' or 'sde', got {inference_mode!r}")
+    from deepgen_rl.rollout import guided_velocity
+
     batch = noise.shape[0]
-    do_cfg = cfg_scale > 1.0
-    if do_cfg:
-        if uncond is None:
-            raise ValueError("cfg_scale > 1 needs the unconditional conditioning")
-        cond = type(cond).cat([cond, uncond.repeat_interleave(batch)])
+    if cfg_scale > 1.0 and uncond is None:
+        raise ValueError("cfg_scale > 1 needs the unconditional conditioning")
     sigmas = make_sigmas(num_inference_steps, model.scheduler_shift).to(noise.device, torch.float32)
     step_name = "ode" if inference_mode == "ode" else sampler
     # the sampler's own sample is replaced by per-item noise below; this generator keeps the global RNG untouched
@@ -108,12 +107,8 @@ def sample_latents(model, cond, noise: torch.Tensor, *, cfg_scale: float, num_in
     x = noise
     for j in range(num_inference_steps):
         sigma, sigma_next = sigmas[j], sigmas[j + 1]
-        if do_cfg:
-            v_both = model.predict_velocity(torch.cat([x, x]), sigma.expand(2 * batch), cond, transformer=transformer)
-            v_c, v_u = v_both.float().chunk(2)
-            v = v_u + cfg_scale * (v_c - v_u)
-        else:
-            v = model.predict_velocity(x, sigma.expand(batch), cond, transformer=transformer).float()
+        # the same CFG implementation as rollout and training: both branches in one batched forward
+        v = guided_velocity(model, x, sigma.expand(batch), cond, uncond, cfg_scale, transformer).float()
         out = sde_step(step_name, v, x, sigma, sigma_next, eta, generator=scratch)
         if inference_mode == "sde" and float(sigma_next) > 0:
             xi = _per_item_normal(x.shape[1:], generators, x.device)

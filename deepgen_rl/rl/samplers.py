@@ -124,6 +124,7 @@ def sde_step(
         raise ValueError(f"unknown sampler {sampler!r}; expected one of {SAMPLERS}")
     if velocity.shape != latents.shape:
         raise ValueError(f"velocity {tuple(velocity.shape)} and latents {tuple(latents.shape)} differ in shape")
+    check_eta(sampler, eta)
     v = velocity.float()
     x = latents.float()
     batch, device = x.shape[0], x.device
@@ -179,6 +180,17 @@ def sde_step(
         else:
             raise ValueError(f"unknown log_prob_form {form!r}; expected one of {LOG_PROB_FORMS}")
     return SDEStepOutput(prev_sample=prev, mean=mean, std=std, log_prob=log_prob)
+
+
+def check_eta(sampler: str, eta: float) -> None:
+    """eta must be a finite number >= 0 (a negative eta would give a negative std), and <= 1 for cps_sde
+    (s = σ'·sin(ηπ/2) is only monotone on [0, 1]; η = 1 already re-noises fully)."""
+    if sampler == "ode":
+        return
+    if not math.isfinite(float(eta)) or eta < 0:
+        raise ValueError(f"{sampler}: eta must be a finite number >= 0, got {eta}")
+    if sampler == "cps_sde" and eta > 1:
+        raise ValueError(f"cps_sde: eta must be in [0, 1] (s = sigma_next * sin(eta * pi / 2)), got {eta}")
 
 
 def default_log_prob_form(sampler: str) -> str | None:

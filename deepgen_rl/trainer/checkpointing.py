@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -63,39 +61,40 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def write_json(path: Path, obj) -> None:
     tmp = path.with_suffix(path.suffix + ".part")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
     os.replace(tmp, path)
 
 
-def finalize(tmp: Path, final: Path, meta: dict) -> None:
-    """Write the meta file last, fsync, then atomically move the directory into place."""
-    meta = {"format": FORMAT, **meta}
-    write_json(tmp / META, meta)
-    fd = os.open(str(tmp), os.O_RDONLY)
+def _fsync_path(path: Path) -> None:
+    fd = os.open(str(path), os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    if final.exists():  # a stale copy of the same step (e.g. re-run after resume): replace it
-        shutil.rmtree(final)
+
+
+def finalize(tmp: Path, final: Path, meta: dict) -> None:
+    """Make ``tmp`` the checkpoint ``final``: every file fsynced, the meta file written last, then renamed.
+
+    A stale ``final`` (the same step written again, e.g. after resuming from an older checkpoint) is first moved to
+    ``final.old`` and deleted only after the new one is in place, so a crash never leaves no copy of the step.
+    """
+    meta = {"format": FORMAT, **meta}
+    for f in sorted(tmp.rglob("*")):
+        if f.is_file():
+            _fsync_path(f)
+    write_json(tmp / META, meta)
+    _fsync_path(tmp / META)
+    _fsync_path(tmp)
+    old = final.with_name(final.name + ".old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
     os.rename(tmp, final)
+    _fsync_path(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def rotate(output_dir: str | os.PathLike, keep: int | None) -> list[Path]:
@@ -110,7 +109,30 @@ def rotate(output_dir: str | os.PathLike, keep: int | None) -> list[Path]:
 
 
 def remove_stale_tmp(output_dir: str | os.PathLike) -> None:
+    """Clean up after a crash while saving (rank 0, before resuming).
+
+    ``checkpoint-N.tmp`` without a meta file is partial: deleted. With a valid meta file it was complete and only the
+    final rename was missed: promoted to ``checkpoint-N`` (if that does not exist). ``checkpoint-N.old`` is the
+    replaced copy of a re-written step: deleted when ``checkpoint-N`` exists, restored otherwise.
+    """
     out = Path(output_dir)
-    if out.is_dir():
-        for p in out.glob("checkpoint-*.tmp"):
-            shutil.rmtree(p, ignore_errors=True)
+    if not out.is_dir():
+        return
+    for tmp in out.glob("checkpoint-*.tmp"):
+        final = tmp.with_name(tmp.name[: -len(".tmp")])
+        meta_ok = (tmp / META).is_file()
+        if meta_ok:
+            try:
+                meta_ok = json.loads((tmp / META).read_text()).get("format") == FORMAT
+            except (OSError, json.JSONDecodeError):
+                meta_ok = False
+        if meta_ok and not final.exists():
+            os.rename(tmp, final)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in out.glob("checkpoint-*.old"):
+        final = old.with_name(old.name[: -len(".old")])
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(old, final)

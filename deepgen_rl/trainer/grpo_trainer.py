@@ -39,6 +39,16 @@ from deepgen_rl.utils.seeding import make_generator
 logger = logging.get_logger(__name__)
 
 
+def weighted_total(scores: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor):
+    """Per image Σ_k w·r / Σ_k w over the rewards that succeeded (failed ones are left out, never counted as 0).
+
+    Returns (total (N,), has (N,) bool: the image has at least one successful weighted reward; total is 0 where not).
+    """
+    w = weights * valid
+    has = w.sum(1) > 0
+    return (scores * w).sum(1) / w.sum(1).clamp_min(1e-12), has
+
+
 class DeepGenGRPOTrainer(Trainer):
     """Trains ``model.transformer`` (the DiT) of a DeepGen model with MR-GRPO."""
 
@@ -289,8 +299,8 @@ class DeepGenGRPOTrainer(Trainer):
         metrics = self._step_metrics(batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out,
                                      reward_info, update_stats, t0, t_rollout, t_reward, t_update)
         if args.log_images_every and (step + 1) % args.log_images_every == 0 and self.rank == 0:
-            total = (scores * weights * valid).sum(1)
-            save_sample_grid(batch.images, batch.prompts, total.tolist(),
+            total, has = weighted_total(scores, weights, valid)
+            save_sample_grid(batch.images, batch.prompts, torch.where(has, total, float("nan")).tolist(),
                              Path(args.output_dir) / "samples" / f"step_{step + 1}.png",
                              report_to=args.report_to, step=step + 1)
         return metrics
@@ -401,6 +411,11 @@ class DeepGenGRPOTrainer(Trainer):
                         torch.distributed.all_reduce(p.grad)
                         p.grad /= self.world
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm or float("inf")))
+            if not math.isfinite(grad_norm):  # finite losses can still overflow in backward: never apply that
+                self.counters["skipped_updates"] += 1
+                self.optimizer.zero_grad(set_to_none=True)
+                logger.warning("non-finite gradient norm (%s): optimizer update skipped", grad_norm)
+                return grad_norm
             self.optimizer.step()
             self.lr_scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -416,9 +431,7 @@ class DeepGenGRPOTrainer(Trainer):
     def _step_metrics(self, batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out, reward_info,
                       update_stats, t0, t_rollout, t_reward, t_update) -> dict:
         m: dict[str, float] = {}
-        w_valid = g_weights * g_valid  # failed rewards are left out of the total, not counted as 0
-        has = w_valid.sum(1) > 0
-        total = (g_scores * w_valid).sum(1) / w_valid.sum(1).clamp_min(1e-12)
+        total, has = weighted_total(g_scores, g_weights, g_valid)
         m["reward/total"] = float(total[has].mean()) if has.any() else float("nan")
         for k, name in enumerate(self.reward_names):
             sel = g_valid[:, k]
@@ -428,10 +441,9 @@ class DeepGenGRPOTrainer(Trainer):
             m[f"reward_calls/{name}"] = float(asked.sum())
             if name in reward_info:  # this rank's reward calls: wall time spent inside the reward
                 m[f"reward_latency_s/{name}"] = float(reward_info[name]["latency_s"])
-        lw = weights * valid
-        local_total = (scores * lw).sum(1) / lw.sum(1).clamp_min(1e-12)
+        local_total, local_has = weighted_total(scores, weights, valid)
         for d, ds in enumerate(self.data_config.datasets):
-            sel = torch.tensor([md["dataset"] == ds.name for md in batch.metadata]) & (lw.sum(1) > 0)
+            sel = torch.tensor([md["dataset"] == ds.name for md in batch.metadata]) & local_has
             if sel.any():
                 m[f"reward_by_dataset/{ds.name}"] = float(local_total[sel].mean())
         for k, v in adv_out.stats.items():

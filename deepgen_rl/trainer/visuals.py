@@ -31,7 +31,7 @@ def make_grid(images: list[Image.Image], captions: list[str], *, columns: int = 
 
 def save_sample_grid(images, prompts, rewards, path: Path, *, report_to=(), step: int = 0, max_images: int = 32):
     images, prompts, rewards = images[:max_images], prompts[:max_images], rewards[:max_images]
-    captions = [f"{r:.3f} | {p}" for p, r in zip(prompts, rewards)]
+    captions = [f"{r:.3f} | {p}" if r == r else f"n/a | {p}" for p, r in zip(prompts, rewards)]
     grid = make_grid(images, captions)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part.png")

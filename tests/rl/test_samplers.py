@@ -271,3 +271,11 @@ def test_sde_window_and_mask():
         sde_window(20, 12, (0, 10))
     with pytest.raises(ValueError):
         trained_step_indices(20, timestep_fraction=0.5, window=(0, 4))
+
+
+@pytest.mark.parametrize("sampler,eta", [("flowgrpo_sde", -0.5), ("dance_sde", -1.0), ("cps_sde", 1.5),
+                                         ("flowgrpo_sde", float("nan"))])
+def test_invalid_eta_is_rejected(sampler, eta):
+    x = torch.randn(2, 4, 2, 2)
+    with pytest.raises(ValueError, match="eta"):
+        sde_step(sampler, torch.randn_like(x), x, 0.7, 0.5, eta)

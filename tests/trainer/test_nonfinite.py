@@ -26,7 +26,7 @@ def test_last_piece_nonfinite_plain_and_zero2_agree(tmp_path):
     for r in runs.values():
         assert r["nonfinite"] == [1.0, 1.0]
         assert r["steps"] == [1.0, 2.0] and r["skipped"] == [0.0, 0.0]
-        assert r["weights_finite"]
+        assert r["weights_finite"] and not r["weights_unchanged"]
     # the 3 finite pieces' gradients reached the optimizer under ZeRO-2 exactly as in plain PyTorch
     plain, zero2 = runs["plain"]["weights"], runs["zero2"]["weights"]
     for name, values in plain.items():
@@ -39,4 +39,12 @@ def test_all_pieces_nonfinite_skips_the_update(tmp_path):
     r = _drive(tmp_path, "plain", "all")
     assert r["nonfinite"] == [4.0, 4.0]
     assert r["steps"] == [0.0, 0.0] and r["skipped"] == [1.0, 2.0]
-    assert r["weights_finite"]
+    assert r["weights_finite"] and r["weights_unchanged"] and r["optimizer_state_empty"]
+
+
+@pytest.mark.slow
+def test_finite_loss_with_infinite_gradient_is_not_applied(tmp_path):
+    r = _drive(tmp_path, "plain", "infgrad")
+    assert r["nonfinite"] == [0.0, 0.0]  # the losses themselves were finite
+    assert r["steps"] == [0.0, 0.0] and r["skipped"] == [1.0, 2.0]
+    assert r["weights_finite"] and r["weights_unchanged"] and r["optimizer_state_empty"]
