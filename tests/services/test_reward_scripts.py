@@ -1,10 +1,16 @@
-"""scripts/reward_unifiedreward.sh --dry-run command lines (dp/tp) and scripts/reward_ocr.sh wiring."""
+"""scripts/reward_unifiedreward.sh --dry-run command lines (dp/tp), and scripts/reward_ocr.sh started for real."""
 import os
 import shlex
+import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+
+from deepgen_rl.services.ocr.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "reward_unifiedreward.sh"
@@ -70,3 +76,98 @@ def test_reward_ocr_script_runs_the_service_module():
     text = (ROOT / "scripts" / "reward_ocr.sh").read_text()
     assert "python -m deepgen_rl.services.ocr.app" in text and "OCR_PORT:-18082" in text
     assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "reward_ocr.sh")]).returncode == 0
+
+
+def _connects(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _other_local_addresses() -> list[str]:
+    """127.0.0.2 (Linux routes all of 127/8 to lo, but a socket bound to 127.0.0.1 does not accept it) and the
+    address of the default-route interface, if there is one (a UDP connect sends no packet)."""
+    addresses = ["127.0.0.2"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("10.255.255.255", 1))
+            address = sock.getsockname()[0]
+        except OSError:
+            address = None
+    if address and not address.startswith("127.") and address != "0.0.0.0":
+        addresses.append(address)
+    return addresses
+
+
+def _start_ocr_script(tmp_path, port, host=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("OCR_HOST", "REWARD_API_TOKEN")}
+    env.update({"OCR_PORT": str(port), "OCR_THREADS": "1", "OCR_ORT_THREADS": "1"})
+    if host is not None:
+        env["OCR_HOST"] = host
+    log_path = tmp_path / f"reward_ocr_{port}.log"
+    log = open(log_path, "wb")
+    process = subprocess.Popen(["bash", str(ROOT / "scripts" / "reward_ocr.sh")], cwd=tmp_path, env=env, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"reward_ocr.sh exited with {process.returncode}: {log_path.read_text()}"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json()["status"] == "ok":
+                return process, log_path
+        except (httpx.TransportError, ValueError):
+            pass
+        time.sleep(0.2)
+    _stop(process)
+    pytest.fail(f"reward_ocr.sh did not answer /health on 127.0.0.1:{port}: {log_path.read_text()}")
+
+
+def _stop(process) -> int:
+    """SIGTERM the script's whole process group; return its exit code (the group must be gone)."""
+    pgid = os.getpgid(process.pid)
+    os.killpg(pgid, signal.SIGTERM)
+    try:
+        code = process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(pgid, signal.SIGKILL)
+        process.wait()
+        raise
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return code
+        time.sleep(0.1)
+    os.killpg(pgid, signal.SIGKILL)
+    raise AssertionError(f"process group {pgid} still alive after SIGTERM")
+
+
+def test_reward_ocr_script_serves_on_loopback_only_by_default(tmp_path):
+    """``bash scripts/reward_ocr.sh`` without OCR_HOST: answers on 127.0.0.1:OCR_PORT and nowhere else."""
+    port = free_port()
+    process, log_path = _start_ocr_script(tmp_path, port)
+    try:
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
+        assert health["pid"] == process.pid  # the script execs the service: same process
+        for address in _other_local_addresses():
+            assert not _connects(address, port), f"service reachable on {address}:{port}: not bound to 127.0.0.1 only"
+        log = log_path.read_text()
+        assert f"OCR reward service on http://127.0.0.1:{port}" in log
+        assert f"Uvicorn running on http://127.0.0.1:{port}" in log
+    finally:
+        code = _stop(process)
+    assert code in (0, -signal.SIGTERM), code
+    assert not _connects("127.0.0.1", port)
+
+
+def test_other_address_check_detects_a_wildcard_bind(tmp_path):
+    """Control for the test above: with OCR_HOST=0.0.0.0 the other local addresses do connect."""
+    port = free_port()
+    process, _ = _start_ocr_script(tmp_path, port, host="0.0.0.0")
+    try:
+        assert all(_connects(address, port) for address in _other_local_addresses())
+    finally:
+        _stop(process)
