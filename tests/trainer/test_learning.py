@@ -29,12 +29,15 @@ def slope_t(values: list[float]) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sampler,eta", [("cps_sde", 0.7), ("flowgrpo_sde", 0.7)])
-def test_reward_rises(tmp_path, sampler, eta):
-    _, history = run_inprocess(tmp_path, model=tiny_model(), atrain_sde_sampler=sampler, sde_eta=eta, **LEARN)
+@pytest.mark.parametrize("sampler,eta,algorithm", [("cps_sde", 0.7, "flowgrpo"), ("flowgrpo_sde", 0.7, "flowgrpo"),
+                                                   ("flowgrpo_sde", 0.7, "grpoguard"),
+                                                   ("cps_sde", 0.7, "diffusionnft")])
+def test_reward_rises(tmp_path, sampler, eta, algorithm):
+    _, history = run_inprocess(tmp_path, model=tiny_model(), atrain_sde_sampler=sampler, sde_eta=eta,
+                               atrain_algorithm=algorithm, **LEARN)
     r = [m["reward/total"] for m in history]
     t = slope_t(r)
-    print(sampler, [round(x, 4) for x in r], "t =", t)
+    print(sampler, algorithm, [round(x, 4) for x in r], "t =", t)
     assert t > 4.0, (t, r)
     assert sum(r[-5:]) / 5 > sum(r[:5]) / 5
 
