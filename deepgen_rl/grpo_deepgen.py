@@ -34,13 +34,20 @@ def main(argv=None):
     dist.init_process_group_if_needed(timeout_s=args.ddp_timeout)  # --ddp_timeout bounds every collective wait
     set_seed(args.seed)
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-    model = build_model(model_args.model_config, checkpoint=model_args.checkpoint)
-    trainer = DeepGenGRPOTrainer(
-        model, args, dataset_config=data_args.dataset_config, eval_dataset_config=data_args.eval_dataset_config,
-        sftaux_dataset_config=data_args.sftaux_dataset_config,
-        run_configs={"model_config": model_args.model_config, "dataset_config": data_args.dataset_config,
-                     "eval_dataset_config": data_args.eval_dataset_config,
-                     "sftaux_dataset_config": data_args.sftaux_dataset_config})
+    try:
+        model = build_model(model_args.model_config, checkpoint=model_args.checkpoint)
+        trainer = DeepGenGRPOTrainer(
+            model, args, dataset_config=data_args.dataset_config, eval_dataset_config=data_args.eval_dataset_config,
+            sftaux_dataset_config=data_args.sftaux_dataset_config,
+            run_configs={"model_config": model_args.model_config, "dataset_config": data_args.dataset_config,
+                         "eval_dataset_config": data_args.eval_dataset_config,
+                         "sftaux_dataset_config": data_args.sftaux_dataset_config})
+    except (OSError, ValueError, KeyError) as e:  # set-up problems: say what is wrong, no traceback
+        if os.environ.get("DEEPGEN_RL_TRACEBACK"):
+            raise
+        print(f"deepgen_rl: error: {type(e).__name__}: {e}\n(set DEEPGEN_RL_TRACEBACK=1 for the traceback)",
+              file=sys.stderr)
+        raise SystemExit(2) from None
     if dist.rank() == 0:
         (Path(args.output_dir) / "run_args.json").write_text(json.dumps(
             {"model": vars(model_args), "data": vars(data_args), "argv": sys.argv[1:] if argv is None else argv},

@@ -37,3 +37,24 @@ def test_train_sh_two_steps(tmp_path):
     log = (out / "logs" / "0.log").read_text()
     assert "saved" in log and "checkpoint-2" in log
     assert (out / "configs" / "demo_programmatic.yaml").is_file()
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_MODEL_NAME_OR_PATH")}
+    env["HF_HUB_OFFLINE"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "deepgen_rl.grpo_deepgen", "--output_dir", str(tmp_path / "o"),
+                           "--max_steps", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "QWEN2_5_VL_MODEL_NAME_OR_PATH is not set" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_prompt_file_is_named(tmp_path):
+    (tmp_path / "m.yaml").write_text("datasets:\n  - name: a\n    path: nowhere.txt\n    rewards:\n      - brightness: 1\n")
+    proc = train_sh(tmp_path / "run", "--max_steps", "1", dataset_config=str(tmp_path / "m.yaml"), check=False)
+    assert proc.returncode != 0
+    assert "nowhere.txt" in proc.stderr and "1 prompt file(s) not found" in proc.stderr
