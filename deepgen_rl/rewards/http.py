@@ -13,6 +13,7 @@ import base64
 import io
 import logging
 import math
+import os
 import time
 from typing import Any
 
@@ -103,3 +104,27 @@ def post_json_with_retries(
         delay = min(retry_after if retry_after is not None else backoff_s * 2 ** (attempts - 1), max_backoff_s)
         logger.warning("%s: %s; retry %d/%d in %.2fs", url, error, attempts, max_retries, delay)
         time.sleep(delay)
+
+
+class JsonServiceClient:
+    """The HTTP side of a service-backed reward: one thread-safe ``httpx.Client``, the bearer token
+    (``token`` or ``$REWARD_API_TOKEN``) and the retry policy above, shared by the OCR and judge clients.
+
+    Proxies from the environment are ignored unless ``trust_env`` (reward services live next to the trainer, and a
+    cluster-wide HTTP_PROXY would otherwise swallow localhost calls).
+    """
+
+    def __init__(self, *, timeout_s: float, max_retries: int, backoff_s: float, max_backoff_s: float,
+                 token: str | None, trust_env: bool, max_connections: int):
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
+        self.headers = bearer_headers(token if token is not None else os.environ.get("REWARD_API_TOKEN"))
+        self.client = httpx.Client(trust_env=trust_env, limits=httpx.Limits(max_connections=max_connections))
+
+    def post(self, url: str, payload: Any) -> tuple[Any, int]:
+        """POST ``payload`` as JSON with retries: (decoded JSON body, attempts); raises :class:`RequestFailed`."""
+        return post_json_with_retries(self.client, url, payload, headers=self.headers, timeout_s=self.timeout_s,
+                                      max_retries=self.max_retries, backoff_s=self.backoff_s,
+                                      max_backoff_s=self.max_backoff_s)

@@ -16,11 +16,10 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import torch
 
 from .base import Reward, is_finite_number, register_reward
-from .http import RequestFailed, bearer_headers, image_to_base64, post_json_with_retries
+from .http import JsonServiceClient, RequestFailed, image_to_base64
 
 logger = logging.getLogger(__name__)
 
@@ -51,23 +50,13 @@ class OcrReward(Reward):
         self.url = (url or os.environ.get("OCR_URL") or DEFAULT_OCR_URL).rstrip("/")
         self.batch_size = batch_size
         self.max_concurrent_requests = max_concurrent_requests
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.headers = bearer_headers(token if token is not None else os.environ.get("REWARD_API_TOKEN"))
-        # httpx.Client is thread-safe; proxies from the environment are ignored unless trust_env (reward services
-        # live next to the trainer, and a cluster-wide HTTP_PROXY would otherwise swallow localhost calls).
-        self._client = httpx.Client(
-            trust_env=trust_env, limits=httpx.Limits(max_connections=max(8, 2 * max_concurrent_requests))
-        )
+        self.http = JsonServiceClient(timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
+                                      max_backoff_s=max_backoff_s, token=token, trust_env=trust_env,
+                                      max_connections=max(8, 2 * max_concurrent_requests))
 
     def _score_batch(self, images, prompts) -> dict:
         payload = {"images": [image_to_base64(img, "PNG") for img in images], "prompts": list(prompts)}
-        body, attempts = post_json_with_retries(
-            self._client, f"{self.url}/score", payload, headers=self.headers, timeout_s=self.timeout_s,
-            max_retries=self.max_retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
-        )
+        body, attempts = self.http.post(f"{self.url}/score", payload)
         scores = body.get("scores") if isinstance(body, dict) else None
         if not isinstance(scores, list) or len(scores) != len(images):
             raise RequestFailed(f"{self.url}/score: malformed response (expected {len(images)} scores)",

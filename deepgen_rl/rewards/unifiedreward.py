@@ -18,11 +18,10 @@ import re
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import torch
 
 from .base import Reward, register_reward
-from .http import RequestFailed, bearer_headers, image_to_data_url, post_json_with_retries
+from .http import JsonServiceClient, RequestFailed, image_to_data_url
 
 logger = logging.getLogger(__name__)
 
@@ -86,14 +85,11 @@ class UnifiedRewardThink(Reward):
         self.workers = int(workers or os.environ.get("UNIFIEDREWARD_THINK_WORKERS") or 64)
         if self.workers < 1 or max_retries < 0:
             raise ValueError("workers must be >= 1 and max_retries >= 0")
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
         self.max_tokens = max_tokens
         self.image_format = image_format
-        self.headers = bearer_headers(token if token is not None else os.environ.get("REWARD_API_TOKEN"))
-        self._client = httpx.Client(trust_env=trust_env, limits=httpx.Limits(max_connections=self.workers))
+        self.http = JsonServiceClient(timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s,
+                                      max_backoff_s=max_backoff_s, token=token, trust_env=trust_env,
+                                      max_connections=self.workers)
 
     def _endpoint(self) -> str:
         return self.url if self.url.endswith("/chat/completions") else f"{self.url}/v1/chat/completions"
@@ -117,11 +113,7 @@ class UnifiedRewardThink(Reward):
 
     def _judge(self, first_url: str, second_url: str, prompt: str) -> tuple[int | None, int, str]:
         """(verdict 1/2 or None if unparseable, attempts, answer text); raises RequestFailed."""
-        body, attempts = post_json_with_retries(
-            self._client, self._endpoint(), self.build_request(first_url, second_url, prompt), headers=self.headers,
-            timeout_s=self.timeout_s, max_retries=self.max_retries, backoff_s=self.backoff_s,
-            max_backoff_s=self.max_backoff_s,
-        )
+        body, attempts = self.http.post(self._endpoint(), self.build_request(first_url, second_url, prompt))
         try:
             text = body["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
