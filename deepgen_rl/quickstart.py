@@ -96,8 +96,9 @@ def before_after_grid(model_config: str, checkpoint: Path, prompts: list[str], p
 
 
 def write_report(output_dir: Path, metrics: list[dict], checkpoint: Path | None) -> Path:
-    first, last = metrics[0], metrics[-1]
+    last = metrics[-1]
     k = max(1, min(5, len(metrics) // 2))
+
     def mean(ms, key):
         vals = [m[key] for m in ms if key in m and m[key] == m[key]]
         return sum(vals) / len(vals) if vals else float("nan")

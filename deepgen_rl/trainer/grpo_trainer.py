@@ -290,7 +290,7 @@ class DeepGenGRPOTrainer(Trainer):
             advantages = -advantages
 
         # ---- policy update(s): exactly one optimizer step each
-        update_stats = [self._policy_update(batch, advantages, trained, step, u)
+        update_stats = [self._policy_update(batch, advantages, trained, u)
                         for u in range(args.atrain_num_actor_update_steps)]
         t_update = time.perf_counter()
 
@@ -319,8 +319,8 @@ class DeepGenGRPOTrainer(Trainer):
             lines.append(json.dumps(rec))
         (out / f"rank_{self.rank}.jsonl").write_text("\n".join(lines) + "\n")
 
-    def _policy_update(self, batch, advantages, trained, step: int, update_index: int) -> dict:
-        args, model = self.args, self.deepgen
+    def _policy_update(self, batch, advantages, trained, update_index: int) -> dict:
+        args = self.args
         dit = self.dit_module
         dit.train()
         n = len(batch)
@@ -442,7 +442,7 @@ class DeepGenGRPOTrainer(Trainer):
             if name in reward_info:  # this rank's reward calls: wall time spent inside the reward
                 m[f"reward_latency_s/{name}"] = float(reward_info[name]["latency_s"])
         local_total, local_has = weighted_total(scores, weights, valid)
-        for d, ds in enumerate(self.data_config.datasets):
+        for ds in self.data_config.datasets:
             sel = torch.tensor([md["dataset"] == ds.name for md in batch.metadata]) & local_has
             if sel.any():
                 m[f"reward_by_dataset/{ds.name}"] = float(local_total[sel].mean())

@@ -114,7 +114,7 @@ def test_legacy_full_state_dict_lands_on_every_key(tmp_path):
 def test_base_weights_without_base_layer_and_ignorable_keys(tmp_path):
     model = build_model(TINY_CONFIG, default_checkpoint=None)
     q = "lmm.model.layers.0.self_attn.q_proj"
-    value = torch.full_like(model.state_dict()[f"lmm.model.language_model.layers.0.self_attn.q_proj.base_layer.weight"],
+    value = torch.full_like(model.state_dict()["lmm.model.language_model.layers.0.self_attn.q_proj.base_layer.weight"],
                             0.125)
     torch.save({f"{q}.weight": value, "ema.transformer.x": torch.zeros(1), "vit_mean": torch.zeros(3)},
                tmp_path / "ckpt.pth")

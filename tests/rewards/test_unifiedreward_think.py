@@ -1,5 +1,4 @@
 """UnifiedReward-Think client against a real local HTTP judge: win rates, both orders, failures and retries."""
-from itertools import combinations
 
 import pytest
 from PIL import Image
