@@ -116,6 +116,8 @@ td,th{{border:1px solid #ccc;padding:4px 10px}} img{{max-width:100%}}</style></h
 <p>{len(metrics)} MR-GRPO steps on the tiny DeepGen model (CPU). Checkpoint:
 <code>{html.escape(str(checkpoint) if checkpoint else "none")}</code>.</p>
 <h2>Rewards (mean of first {k} vs last {k} steps)</h2>
+<p>reward/total mixes datasets that weight different rewards, so it moves with each step's prompt mix; the
+per-dataset totals and the per-reward rows show the learning.</p>
 <table><tr><th>metric</th><th>first</th><th>last</th></tr>{rows}</table>
 <h2>Reward curve</h2><img src="reward_curve.png" alt="reward curve">
 <h2>Samples before and after training (same noise)</h2><img src="samples_before_after.png" alt="samples">
@@ -147,11 +149,15 @@ def main(argv=None) -> int:
                              steps=a.num_inference_steps, height=a.image_size, width=a.image_size, seed=a.seed)
     report = write_report(out, metrics, ckpt)
     k = max(1, min(5, len(metrics) // 2))
-    for key in sorted({kk for m in metrics for kk in m if kk.startswith(("reward/", "reward_by_dataset/"))}):
+    # reward/total is left out: each step's total depends on which datasets its prompts came from (the datasets
+    # weight different rewards), so compare per dataset and per reward instead
+    print("reward means (per reward, and the weighted total per dataset):")
+    for key in sorted({kk for m in metrics for kk in m if kk.startswith(("reward/", "reward_by_dataset/"))}
+                      - {"reward/total"}):
         first = [m[key] for m in metrics[:k] if key in m and m[key] == m[key]]
         last = [m[key] for m in metrics[-k:] if key in m and m[key] == m[key]]
         if first and last:
-            print(f"{key}: mean of first {k} steps {sum(first) / len(first):.4f} -> last {k} {sum(last) / len(last):.4f}")
+            print(f"  {key}: mean of first {k} steps {sum(first) / len(first):.4f} -> last {k} {sum(last) / len(last):.4f}")
     for path in (curve, grid, report, ckpt):
         print(f"  {path}")
     return 0
