@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
@@ -16,17 +15,23 @@ log = logging.getLogger(__name__)
 
 
 def _ema_transformer(trainer):
-    """A copy of the DiT holding the EMA weights (None when EMA is off or the DiT is ZeRO-3 partitioned)."""
+    """A fresh DiT (built from the live one's config) holding the EMA weights; None when EMA is off.
+
+    Built from the config rather than copied, so it also works when the live DiT is partitioned by ZeRO-3 (the EMA
+    dict always holds full weights).
+    """
     if trainer.ema is None:
         return None
-    if trainer.zero_stage == 3:
-        log.warning("EMA evaluation under ZeRO-3 is not supported; evaluating the live weights")
-        return None
-    module = copy.deepcopy(trainer.dit_module).eval().requires_grad_(False)
+    live = trainer.dit_module
+    module = type(live).from_config(live.config)
+    dtype = torch.bfloat16 if trainer.args.bf16 else torch.float32
     with torch.no_grad():
+        missing = set(dict(module.named_parameters())) - set(trainer.ema)
+        if missing:
+            raise RuntimeError(f"EMA weights lack {sorted(missing)[:5]}")
         for name, p in module.named_parameters():
-            p.copy_(trainer.ema[name].to(p.dtype))
-    return module
+            p.copy_(trainer.ema[name])
+    return module.to(device=trainer.device, dtype=dtype).eval().requires_grad_(False)
 
 
 def run_training_eval(trainer, step: int) -> dict:

@@ -156,3 +156,26 @@ def test_eval_inside_two_process_training(tmp_path):
     assert (out / "checkpoint-2" / "checkpoint_meta.json").is_file()
     log = (out / "logs" / "0.log").read_text()
     assert "overall_acc" in log
+
+
+@pytest.mark.parametrize("ema_decay", [0.99999, 0.0], ids=["ema", "no-ema"])
+def test_eval_uses_ema_weights_under_zero3(tmp_path, ema_decay):
+    """EMA with decay ~1 stays at the initial weights: its eval images at step 2 match those of step 0, while the
+    live weights (lr 0.05) have moved — the no-EMA control's step-2 images differ strongly from step 0."""
+    eval_cfg = ROOT / "assets/rl_datasets/demo/eval/eval_demo.yaml"
+    out = tmp_path / "run"
+    train_sh(out, "--max_steps", "2", "--eval_freq", "2", "--eval_at_start", "true", "--eval_max_prompts", "1",
+             "--eval_judge", "false", "--ema_decay", str(ema_decay), "--learning_rate", "0.05", "--save_steps", "2",
+             ngpus=2, deepspeed=ZERO3, eval_config=str(eval_cfg))
+    before = sorted((out / "eval" / "step_0" / "demo_unigenbench").glob("*.png"))
+    after = sorted((out / "eval" / "step_2" / "demo_unigenbench").glob("*.png"))
+    assert [p.name for p in before] == [p.name for p in after] == ["0.0.png", "0.1.png"]
+    import numpy as np
+    from PIL import Image
+
+    diffs = [np.abs(np.asarray(Image.open(a), dtype=np.int16) - np.asarray(Image.open(b), dtype=np.int16))
+             for a, b in zip(before, after)]
+    if ema_decay:  # identical up to one uint8 rounding level (the EMA moved by ~1e-6)
+        assert all(d.max() <= 1 and d.mean() < 0.05 for d in diffs)
+    else:  # the live weights moved: the images changed a lot
+        assert all(d.mean() > 5 for d in diffs)
