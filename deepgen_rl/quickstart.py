@@ -67,17 +67,15 @@ def plot_reward_curve(metrics: list[dict], path: Path) -> Path:
 @torch.no_grad()
 def sample_images(model, prompts: list[str], *, steps: int, height: int, width: int, seed: int):
     """Deterministic ODE (Euler) samples, one per prompt, from the same noise for every model."""
-    from deepgen_rl.rl.samplers import make_sigmas, sde_step
+    from deepgen_rl.evaluation.generate import sample_latents
     from deepgen_rl.rollout import latents_to_pil
     from deepgen_rl.utils.seeding import make_generator
 
-    cond = model.encode_prompts(prompts)
     shape = model.latent_shape(height, width)
-    x = torch.stack([torch.randn(shape, generator=make_generator("quickstart", seed, i)) for i in range(len(prompts))])
-    sigmas = make_sigmas(steps, model.scheduler_shift)
-    for t in range(steps):
-        v = model.predict_velocity(x, torch.full((len(prompts),), float(sigmas[t])), cond)
-        x = sde_step("ode", v, x, float(sigmas[t]), float(sigmas[t + 1]), 0.0).prev_sample
+    noise = torch.stack([torch.randn(shape, generator=make_generator("quickstart", seed, i))
+                         for i in range(len(prompts))])
+    x = sample_latents(model, model.encode_prompts(prompts), noise, cfg_scale=0.0, num_inference_steps=steps,
+                       inference_mode="ode")
     return latents_to_pil(model.decode_latents(x))
 
 

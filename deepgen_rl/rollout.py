@@ -39,6 +39,17 @@ def latents_to_pil(images: torch.Tensor) -> list[Image.Image]:
     return [Image.fromarray(a) for a in arr]
 
 
+def expand_groups(prompt_items, rollout_n: int) -> tuple[list[str], list[dict]]:
+    """Per-image prompts and metadata, image k of prompt item i at index i·rollout_n + k (the rollout's order)."""
+    prompts, metadata = [], []
+    for it in prompt_items:
+        for k in range(rollout_n):
+            prompts.append(it.prompt)
+            metadata.append({"dataset": it.dataset, "group_id": it.group_id, "prompt_index": it.prompt_index,
+                             "sample_index": k})
+    return prompts, metadata
+
+
 @dataclass
 class RolloutBatch:
     """One rank's rollout. N images, T steps."""
@@ -87,14 +98,9 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
     uncond = model.encode_prompts([""]) if cfg_scale > 1.0 else None
     n_enc = len(unique_prompts) + (1 if uncond is not None else 0)
 
-    prompts, metadata, group_ids, cond_index = [], [], [], []
-    for it in prompt_items:
-        for k in range(rollout_n):
-            prompts.append(it.prompt)
-            metadata.append({"dataset": it.dataset, "group_id": it.group_id, "prompt_index": it.prompt_index,
-                             "sample_index": k})
-            group_ids.append(it.group_id)
-            cond_index.append(where[it.prompt])
+    prompts, metadata = expand_groups(prompt_items, rollout_n)
+    group_ids = [md["group_id"] for md in metadata]
+    cond_index = [where[p] for p in prompts]
     n = len(prompts)
     c, h, w = model.latent_shape(height, width)
     store = torch.device(device) if str(storage_device) == "device" else torch.device(storage_device)

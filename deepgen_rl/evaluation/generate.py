@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image
 from tqdm.auto import tqdm
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, EvalPrompt
+from deepgen_rl.rollout import guided_velocity, latents_to_pil
 
 
 @dataclass
@@ -76,11 +76,6 @@ def _expand_like(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return t.view(-1, *([1] * (x.dim() - 1))) if t.dim() == 1 else t
 
 
-def _to_pil(images: torch.Tensor) -> list[Image.Image]:
-    arr = (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-    return [Image.fromarray(a) for a in arr]
-
-
 @torch.no_grad()
 def sample_latents(model, cond, noise: torch.Tensor, *, cfg_scale: float, num_inference_steps: int,
                    inference_mode: str = "ode", sampler: str = "cps_sde", eta: float = 0.7,
@@ -95,8 +90,6 @@ def sample_latents(model, cond, noise: torch.Tensor, *, cfg_scale: float, num_in
 
     if inference_mode not in ("ode", "sde"):
         raise ValueError(f"inference_mode must be 'ode' or 'sde', got {inference_mode!r}")
-    from deepgen_rl.rollout import guided_velocity
-
     batch = noise.shape[0]
     if cfg_scale > 1.0 and uncond is None:
         raise ValueError("cfg_scale > 1 needs the unconditional conditioning")
@@ -149,7 +142,7 @@ def generate_eval_images(model, spec: EvalDatasetSpec, out_dir: str | Path, *, r
                                  transformer=transformer)
         with torch.no_grad():
             images = model.decode_latents(latents)
-        for (p, d), s, img in zip(chunk, seeds, _to_pil(images)):
+        for (p, d), s, img in zip(chunk, seeds, latents_to_pil(images)):
             rel = f"{spec.name}/{image_filename(p.index, d)}"
             img.save(Path(out_dir) / rel)
             records.append(EvalImageRecord(spec.name, p.index, d, p.prompt, rel, s))

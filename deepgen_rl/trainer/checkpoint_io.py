@@ -16,6 +16,7 @@ from transformers import TrainerState
 from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.deepspeed_utils import gathered_params
 from deepgen_rl.utils import dist
+from deepgen_rl.utils.checkpoint_io import DIT_FILE, EMA_DIT_FILE
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,13 @@ def save_training_checkpoint(trainer, step: int) -> Path:
         trainer.engine.save_checkpoint(str(tmp / "deepspeed"), tag=f"global_step{step}")
     with gathered_params(trainer.dit_module, trainer.zero_stage):
         if rank == 0:
-            ckpt.save_tensors(trainer.dit_module.state_dict(), tmp / "dit.safetensors")
+            ckpt.save_tensors(trainer.dit_module.state_dict(), tmp / DIT_FILE)
         # every rank records a digest of the weights it holds: replicas must agree (checked by tests and users)
         ckpt.write_json(tmp / f"param_digest_rank{rank}.json", param_digest(trainer.dit_module))
     torch.save(_rng_payload(), tmp / f"rng_state_rank{rank}.pt")
     if rank == 0:
         if trainer.ema is not None:
-            ckpt.save_tensors(trainer.ema, tmp / "ema_dit.safetensors")
+            ckpt.save_tensors(trainer.ema, tmp / EMA_DIT_FILE)
         if trainer.engine is None:
             torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save(trainer.lr_scheduler.state_dict(), tmp / "scheduler.pt")
@@ -130,16 +131,16 @@ def load_training_checkpoint(trainer, path: Path) -> int:
     else:
         if not (path / "optimizer.pt").is_file():
             raise ValueError(f"{path} was written under DeepSpeed; resume it with the same --deepspeed config")
-        state = ckpt.load_tensors(path / "dit.safetensors")
+        state = ckpt.load_tensors(path / DIT_FILE)
         dit = trainer.dit_module
         ref = dit.state_dict()
         dit.load_state_dict({k: v.to(ref[k].dtype) for k, v in state.items()})
         trainer.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
         trainer.lr_scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
     if trainer.ema is not None:
-        if not (path / "ema_dit.safetensors").is_file():
+        if not (path / EMA_DIT_FILE).is_file():
             raise ValueError(f"{path} has no EMA weights but --ema_decay > 0")
-        trainer.ema = {k: v.float().to(trainer.device) for k, v in ckpt.load_tensors(path / "ema_dit.safetensors").items()}
+        trainer.ema = {k: v.float().to(trainer.device) for k, v in ckpt.load_tensors(path / EMA_DIT_FILE).items()}
     rng_file = path / f"rng_state_rank{rank}.pt"
     if rng_file.is_file():
         _restore_rng(torch.load(rng_file, weights_only=True))

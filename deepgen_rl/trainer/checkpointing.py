@@ -16,19 +16,25 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-FORMAT = "deepgen_rl.checkpoint.v1"
-META = "checkpoint_meta.json"
+# one definition of the format, shared with the readers (conversion, build_model)
+from deepgen_rl.utils.checkpoint_io import CHECKPOINT_FORMAT as FORMAT
+from deepgen_rl.utils.checkpoint_io import META_FILE as META
+from deepgen_rl.utils.checkpoint_io import read_checkpoint_meta
+
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _has_valid_meta(path: Path) -> bool:
+    try:
+        read_checkpoint_meta(path)
+        return True
+    except (OSError, ValueError):  # missing/unreadable meta, malformed JSON (a ValueError), wrong format
+        return False
 
 
 def is_complete(path: str | os.PathLike) -> bool:
     path = Path(path)
-    if not _CKPT_RE.match(path.name) or not (path / META).is_file():
-        return False
-    try:
-        return json.loads((path / META).read_text()).get("format") == FORMAT
-    except (OSError, json.JSONDecodeError):
-        return False
+    return bool(_CKPT_RE.match(path.name)) and _has_valid_meta(path)
 
 
 def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
@@ -120,13 +126,7 @@ def remove_stale_tmp(output_dir: str | os.PathLike) -> None:
         return
     for tmp in out.glob("checkpoint-*.tmp"):
         final = tmp.with_name(tmp.name[: -len(".tmp")])
-        meta_ok = (tmp / META).is_file()
-        if meta_ok:
-            try:
-                meta_ok = json.loads((tmp / META).read_text()).get("format") == FORMAT
-            except (OSError, json.JSONDecodeError):
-                meta_ok = False
-        if meta_ok and not final.exists():
+        if _has_valid_meta(tmp) and not final.exists():
             os.rename(tmp, final)
         else:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -27,7 +27,7 @@ from deepgen_rl.data.prompts import DistributedPromptSampler, load_train_config
 from deepgen_rl.rewards import compute_weighted_rewards, get_reward
 from deepgen_rl.rl.advantages import compute_advantages
 from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask, trained_step_indices
-from deepgen_rl.rollout import rollout
+from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, gathered_params
@@ -231,9 +231,7 @@ class DeepGenGRPOTrainer(Trainer):
                                for n in self.reward_names] for it in items]
         weights = torch.tensor([w for w in weights_per_prompt for _ in range(args.rollout_n)], dtype=torch.float32)
         futures: list[tuple[list[int], Future]] = []
-        prompts_flat = [it.prompt for it in items for _ in range(args.rollout_n)]
-        meta_flat = [{"dataset": it.dataset, "group_id": it.group_id, "prompt_index": it.prompt_index,
-                      "sample_index": k} for it in items for k in range(args.rollout_n)]
+        prompts_flat, meta_flat = expand_groups(items, args.rollout_n)  # the order rollout() uses
 
         decoded: dict[int, object] = {}
         sent = [0]

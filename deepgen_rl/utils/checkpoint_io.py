@@ -102,19 +102,6 @@ def dit_source(checkpoint_dir: str | os.PathLike, use_ema: bool = False) -> str:
     return f"{checkpoint_dir / DEEPSPEED_DIR} (ZeRO shards, consolidated to fp32)"
 
 
-def load_torch_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """A ``.pth`` state dict (a DeepGen SFT checkpoint); unwraps a top-level ``{"state_dict": ...}`` like xtuner."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file not found: {path}")
-    obj = torch.load(str(path), map_location="cpu", weights_only=False)
-    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-        obj = obj["state_dict"]
-    if not isinstance(obj, dict):
-        raise ValueError(f"{path}: expected a state dict, got {type(obj).__name__}")
-    return obj
-
-
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     """``torch.save`` to a temporary file in the destination folder, fsync, then ``os.replace`` onto ``path``: a
     reader never sees a partial file and an interrupted write leaves the old file (if any) intact."""

@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout without `pip install -e`
+from deepgen_rl.models.deepgen.checkpoint import read_checkpoint  # noqa: E402  (the reader build_model uses)
 from deepgen_rl.utils.checkpoint_io import (  # noqa: E402
     SFT_DIT_PREFIX,
     atomic_torch_save,
     dit_source,
     load_dit_state_dict,
-    load_torch_state_dict,
 )
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     dtype = DTYPES[args.dtype] if args.dtype else None
     dit = load_dit_state_dict(args.rl_checkpoint, use_ema=args.use_ema)
-    base = load_torch_state_dict(args.base_checkpoint) if args.base_checkpoint else None
+    base = read_checkpoint(args.base_checkpoint) if args.base_checkpoint else None
     state_dict, origin = build_sft_state_dict(dit, base, dtype)
     atomic_torch_save(state_dict, output)
 

@@ -1,15 +1,11 @@
 """Shared tiny-model fixtures for the model tests (CPU, offline)."""
 
-from pathlib import Path
-
 import pytest
 
 from deepgen_rl.models import build_model
 from deepgen_rl.models.tiny import ensure_tiny_deepgen
 
-REPO = Path(__file__).resolve().parents[2]
-TINY_CONFIG = str(REPO / "configs/models/deepgen_tiny.py")
-REAL_CONFIG = str(REPO / "configs/models/deepgen_sd35m_qwen25vl3b.py")
+from tests.models.paths import TINY_CONFIG
 
 
 @pytest.fixture(scope="session")

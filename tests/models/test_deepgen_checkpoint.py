@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import REAL_CONFIG, REPO, TINY_CONFIG
+from tests.models.paths import REAL_CONFIG, REPO, TINY_CONFIG
 from deepgen_rl.models import ModelPathError, build_model
 from deepgen_rl.models.deepgen.checkpoint import (CheckpointKeyError, export_sft_state_dict, load_checkpoint,
                                                   to_installed_key, to_legacy_layout)

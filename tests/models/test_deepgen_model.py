@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY_CONFIG
+from tests.models.paths import TINY_CONFIG
 from deepgen_rl.models import Conditioning, build_model, fused_layer_indices
 
 LONG = "a much longer prompt about a white horse beside a brown fence on a green field at sunset"

@@ -25,6 +25,8 @@ from typing import Iterable, Mapping
 import torch
 from torch import nn
 
+from deepgen_rl.utils.checkpoint_io import DIT_FILE
+
 logger = logging.getLogger(__name__)
 
 # (4.51 prefix, installed prefix); order matters only in that prefixes are disjoint.
@@ -36,7 +38,6 @@ LEGACY_PREFIXES: tuple[tuple[str, str], ...] = (
 )
 # Keys a DeepGen SFT checkpoint may hold that have no counterpart here (EMA copies, CLIP-norm buffers).
 IGNORABLE_UNEXPECTED = re.compile(r"^(ema\.|vit_mean$|vit_std$|train_scheduler\.|test_scheduler\.)")
-DIT_FILE = "dit.safetensors"
 
 
 @dataclass
