@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import re
-import socket
 import threading
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ import torch
 from PIL import Image
 
 from deepgen_rl.models.deepgen.conditioning import Conditioning
+from deepgen_rl.services.ocr.launch import free_port  # noqa: F401  (re-exported for the tests)
 
 SHARED_UNIGENBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "unigenbench"
 
@@ -106,11 +106,6 @@ def _completion(text):
     return {"id": "x", "object": "chat.completion", "model": "UniGenBench-EvalModel",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_marker_image(path: Path, index: int, dup: int) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from deepgen_rl.config import GRPOConfig
+from deepgen_rl.services.ocr.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_CONFIG = str(ROOT / "configs/models/deepgen_tiny.py")
@@ -51,13 +52,6 @@ def subprocess_env(**extra) -> dict:
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train_sh(output_dir, *extra: str, ngpus: int | None = None, deepspeed: str = "", eval_config: str = "",
