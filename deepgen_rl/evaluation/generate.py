@@ -13,7 +13,6 @@ Images are written to ``out_dir/<dataset>/<index>.<dup>.png``.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from tqdm.auto import tqdm
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, EvalPrompt
 from deepgen_rl.rollout import guided_velocity, latents_to_pil
+from deepgen_rl.utils.seeding import derive_seed
 
 
 @dataclass
@@ -43,9 +43,8 @@ def image_filename(index: int, dup: int) -> str:
 
 
 def item_seed(seed: int, dataset: str, index: int, dup: int) -> int:
-    """Stable 63-bit seed for one eval image (sha256, independent of PYTHONHASHSEED)."""
-    digest = hashlib.sha256(f"{seed}|{dataset}|{index}|{dup}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+    """Stable 63-bit seed for one eval image (the project's one seed derivation, independent of PYTHONHASHSEED)."""
+    return derive_seed("eval", seed, dataset, index, dup)
 
 
 def shard_items(spec: EvalDatasetSpec, rank: int, world_size: int) -> list[tuple[EvalPrompt, int]]:
