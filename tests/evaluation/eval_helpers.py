@@ -25,7 +25,7 @@ class FakeJudge:
     """Chat-completions server answering from ``table`` in the official answer layout (``<description>`` with
     ``<prompt>``, ``<checkpoint>``, an ``<analysis>`` list and a ``<score>`` list).
 
-    Keys: ``(prompt, index, dup)`` (index/dup read from the image's pixel (0, 0) red/green) or ``prompt``; the prompt
+    Keys: ``(prompt, index, dup)`` (index/dup read from the red/green of a :func:`write_marker_image` image) or ``prompt``; the prompt
     is found as the longest table prompt contained in the instruction text (so any template works).
     Values (``verdicts``: a list, or the raw text inside ``<score>``; the ``<analysis>`` list gets as many items):
     ``("ok", verdicts)`` | ``("text", "raw answer")`` | ``("seq", [answer, …])`` (the i-th request gets the i-th
@@ -77,7 +77,7 @@ class FakeJudge:
         known = {k if isinstance(k, str) else k[0] for k in self.table}
         prompt = max((p for p in known if p in text), key=len, default=None)
         img = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
-        r, g, _ = img.getpixel((0, 0))
+        r, g = (round((v - 8) / 16) for v in img.getpixel((8, 8))[:2])  # see write_marker_image
         key = (prompt, r, g) if (prompt, r, g) in self.table else prompt
         with self.lock:
             self.payloads.append(payload)
@@ -128,8 +128,10 @@ def _completion(text):
 
 
 def write_marker_image(path: Path, index: int, dup: int) -> None:
-    """A small PNG whose pixel (0, 0) encodes (index, dup) in red/green (read back by FakeJudge)."""
-    img = Image.new("RGB", (16, 16), (index, dup, 7))
+    """A small uniform PNG whose red/green encode (index, dup) as 16·v + 8 (index, dup <= 14), so FakeJudge reads them
+    back after the client's JPEG re-encoding (which moves a channel by a few levels)."""
+    assert 0 <= index <= 14 and 0 <= dup <= 14
+    img = Image.new("RGB", (16, 16), (16 * index + 8, 16 * dup + 8, 7))
     path.parent.mkdir(parents=True, exist_ok=True)
     img.save(path)
 
