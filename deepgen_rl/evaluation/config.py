@@ -141,7 +141,8 @@ def parse_unigenbench_row(row: dict[str, str], columns: tuple[str, str] = CSV_CO
         if tp_key in sub_dims:
             break
     else:
-        raise ValueError(f"{dims_col} has no test point key (expected one of {[k for k, _ in _TESTPOINT_KEYS.values()]})")
+        expected = [k for k, _ in _TESTPOINT_KEYS.values()]
+        raise ValueError(f"{dims_col} has no test point key (expected one of {expected})")
     names, descs = sub_dims.get(tp_key), sub_dims.get(desc_key)
     if not isinstance(names, list) or not isinstance(descs, list) or not names:
         raise ValueError(f"{tp_key!r}/{desc_key!r} must be non-empty lists")
@@ -206,8 +207,8 @@ def load_unigenbench_csv(path: str | Path, language: str | None = None) -> tuple
 
 
 def load_prompt_file(path: str | Path, language: str | None = None) -> tuple[list[EvalPrompt], list[MalformedRow]]:
-    """Load ``.csv`` (UniGenBench, in ``language`` when given), ``.txt`` (one prompt a line, blank lines skipped) or ``.jsonl`` (``prompt`` or
-    ``caption``). For .txt/.jsonl the index is the 0-based position among kept prompts."""
+    """Load ``.csv`` (UniGenBench, in ``language`` when given), ``.txt`` (one prompt a line, blank lines skipped) or
+    ``.jsonl`` (``prompt`` or ``caption``). For .txt/.jsonl the index is the 0-based position among kept prompts."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"eval prompt file not found: {path}")

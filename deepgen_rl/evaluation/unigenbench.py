@@ -504,7 +504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="images expected per prompt, k = 0..N-1 (default 4, as the official evaluator)")
     parser.add_argument("--allow_missing", action="store_true", help="score what exists when images are missing "
                                                                      "(listed in the summary)")
-    parser.add_argument("--api_url", default=None, help=f"judge URL (default $UNIGENBENCH_API_URL or {DEFAULT_API_URL})")
+    parser.add_argument("--api_url", default=None,
+                        help=f"judge URL (default $UNIGENBENCH_API_URL or {DEFAULT_API_URL})")
     parser.add_argument("--model", default=None, help="served model name (default $UNIGENBENCH_MODEL_NAME, else "
                                                       f"{SERVED_MODEL_NAMES})")
     parser.add_argument("--workers", type=int, default=None, help="concurrent requests (default $UNIGENBENCH_WORKERS)")

@@ -25,8 +25,8 @@ class FakeJudge:
     """Chat-completions server answering from ``table`` in the official answer layout (``<description>`` with
     ``<prompt>``, ``<checkpoint>``, an ``<analysis>`` list and a ``<score>`` list).
 
-    Keys: ``(prompt, index, dup)`` (index/dup read from the red/green of a :func:`write_marker_image` image) or ``prompt``; the prompt
-    is found as the longest table prompt contained in the instruction text (so any template works).
+    Keys: ``(prompt, index, dup)`` (index/dup read from the red/green of a :func:`write_marker_image` image) or
+    ``prompt``; the prompt is found as the longest table prompt contained in the instruction text (so any template works).
     Values (``verdicts``: a list, or the raw text inside ``<score>``; the ``<analysis>`` list gets as many items):
     ``("ok", verdicts)`` | ``("text", "raw answer")`` | ``("seq", [answer, …])`` (the i-th request gets the i-th
     answer, the last one repeats; an answer is raw text or a verdict list) | ``("fail_then_ok", n_failures,

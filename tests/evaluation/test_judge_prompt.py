@@ -5,6 +5,7 @@ official file layout and made-up text; the expected renderings below are written
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -163,3 +164,22 @@ def test_parse_answer_follows_the_official_rule():
 def test_parse_answer_rejects_malformed(text, why):
     with pytest.raises(MalformedAnswer, match=why):
         parse_answer(text, 2)
+
+
+_REAL_REPO = os.environ.get("UNIGENBENCH_OFFICIAL_REPO")
+
+
+@pytest.mark.skipif(not (_REAL_REPO and SHARED_UNIGENBENCH.is_dir()),
+                    reason="opt-in: set UNIGENBENCH_OFFICIAL_REPO to a clone of the official repository")
+def test_real_official_clone_renders_the_documented_lengths():
+    """Against a real clone at the supported commit: the rendered instruction lengths (characters, per CSV) equal the
+    min/mean/max measured from the official build_system_prompt (../shared/notes/unigenbench_protocol.md §2)."""
+    template = load_official_template(_REAL_REPO)
+    assert template.matches_supported_commit
+    expected = {"en": (2674, 3385, 4215), "en_long": (4137, 4895, 5903), "zh": (942, 1146, 1407),
+                "zh_long": (1365, 1595, 1867)}
+    for name, (lo, mean, hi) in expected.items():
+        lang = name.split("_")[0]
+        prompts, _ = load_unigenbench_csv(SHARED_UNIGENBENCH / f"test_prompts_{name}.csv", lang)
+        lengths = [len(template.render(p, lang)) for p in prompts]
+        assert (min(lengths), round(sum(lengths) / len(lengths)), max(lengths)) == (lo, mean, hi), name
