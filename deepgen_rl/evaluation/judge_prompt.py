@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 import re
 import string
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ _LANG_KEYS = ("explanation_dict", "system_prompt_template", "checkpoint_header",
 _BUILD_ARGS = ["prompt", "testpoint", "test_desc", "lang"]
 _BUILD_PIECES = ("\n", ": ", "\n\u300d")  # string pieces build_system_prompt must contain (plus "<header>:「")
 
+logger = logging.getLogger(__name__)
 _ANALYSIS_TAG = re.compile(r"<analysis>(.*?)</analysis>", re.DOTALL)
 _SCORE_TAG = re.compile(r"<score>(.*?)</score>", re.DOTALL)
 
@@ -319,7 +321,11 @@ def load_official_template(repo: str | Path) -> OfficialTemplate:
         suffix = lang.upper()
         sha[f"SYSTEM_PROMPT_{suffix}_TEMPLATE"] = _sha256(template)
         sha[f"EXPLANATION_DICT_{suffix}"] = _sha256(defs)
-    return OfficialTemplate(path=path, languages=languages, sha256=sha, repo_commit=_git_commit(repo))
+    template = OfficialTemplate(path=path, languages=languages, sha256=sha, repo_commit=_git_commit(repo))
+    if not template.matches_supported_commit:
+        logger.warning("%s: the layout is the supported one but the template text differs from UniGenBench commit %s "
+                       "(sha256 mismatch); rendering your clone's text", path, SUPPORTED_OFFICIAL_COMMIT[:12])
+    return template
 
 
 def load_judge_template(official_repo: str | Path | None = None) -> ProjectTemplate | OfficialTemplate:

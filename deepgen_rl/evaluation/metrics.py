@@ -137,6 +137,7 @@ def compute_unigenbench_summary(dataset: str, prompts: Sequence[EvalPrompt], jud
         "image_size": image_size,
         "protocol": dict(protocol or {}),
         "num_malformed_rows": len(malformed_rows),
+        "malformed_rows_handling": "reported and excluded, never repaired",
         "malformed_rows": [m.to_dict() for m in malformed_rows],
         "failures": failures,
     }
