@@ -63,7 +63,7 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
     try:
         if client is not None:  # refuse test points the template cannot render before generating anything
             for spec in eval_specs:
-                if spec.scoring:
+                if spec.language:  # UniGenBench scoring
                     client.check_prompts(spec.prompts, spec.language)
         for spec in eval_specs:
             h, w = sizes[spec.name]
