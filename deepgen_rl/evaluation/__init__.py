@@ -11,9 +11,11 @@ _EXPORTS = {
     "config": ["EvalDatasetSpec", "EvalPrompt", "EvalTestPoint", "MalformedRow", "load_eval_config",
                "load_prompt_file", "load_unigenbench_csv"],
     "generate": ["EvalImageRecord", "generate_eval_images", "item_seed"],
+    "judge_prompt": ["MalformedAnswer", "OfficialLayoutError", "load_judge_template", "load_official_template",
+                     "parse_answer"],
     "metrics": ["compute_unigenbench_summary", "summary_to_metrics", "write_eval_reports"],
     "runner": ["run_unigenbench_eval"],
-    "unigenbench": ["JudgeConfig", "Judgment", "UniGenBenchJudge", "score_image_folder"],
+    "unigenbench": ["JudgeConfig", "Judgment", "UniGenBenchJudge", "protocol_info", "score_image_folder"],
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -1,5 +1,6 @@
-"""Static HTML page of one eval step: per dataset a summary table, then one card per prompt with its images
-(relative paths), the prompt, its test points and each image's verdicts. All text is html-escaped."""
+"""Static HTML page of one eval step: per dataset a summary table (accuracies as percentages; the JSON holds
+fractions), the judge protocol and whether the numbers are leaderboard-comparable, then one card per prompt with its
+images (relative paths), the prompt, its test points and each image's verdicts. All text is html-escaped."""
 
 from __future__ import annotations
 
@@ -18,26 +19,56 @@ td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;vertical-align:top}.c
 """
 
 
+_ACC_KEYS = ("overall", "primary_mean_acc", "testpoint_micro_acc", "success_rate")
+_COUNT_KEYS = ("num_images", "num_judged", "num_failed", "num_malformed_answers", "num_missing_images",
+               "num_malformed_rows")
+
+
+def _pct(v: Any) -> str:
+    return "–" if v is None else f"{100 * v:.2f}%"
+
+
 def _fmt(v: Any) -> str:
     return "–" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
 
 
+def _protocol_block(s: Mapping[str, Any]) -> str:
+    p = s.get("protocol") or {}
+    template = (p.get("template") or {}).get("kind", "?")
+    if s.get("leaderboard_comparable"):
+        verdict = "<p class='ok'>Official protocol: comparable with the leaderboard (see caveat).</p>"
+    else:
+        why = "".join(f"<li>{escape(r)}</li>" for r in s.get("not_comparable_because", ()))
+        verdict = f"<p class='bad'>Not leaderboard-comparable:</p><ul>{why}</ul>"
+    sizes = ", ".join(f"{d['width']}×{d['height']} ({d['num_images']})" for d in s.get("image_size") or ())
+    rows = [("template", template), ("judge model", p.get("model")), ("decoding", p.get("decoding")),
+            ("answer re-requests", p.get("answer_retries")), ("image encoding", p.get("image_encoding")),
+            ("image size (w×h)", sizes or None)]
+    table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(_fmt(v))}</td></tr>" for k, v in rows if v is not None)
+    caveat = f"<p class='na'>{escape(p['judge_caveat'])}</p>" if p.get("judge_caveat") else ""
+    return verdict + f"<table>{table}</table>" + caveat
+
+
 def _summary_table(s: Mapping[str, Any]) -> str:
-    keys = ("overall_acc", "primary_mean_acc", "success_rate", "num_images", "num_judged", "num_failed",
-            "num_malformed_answers", "num_malformed_rows")
-    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(_fmt(s.get(k)))}</td></tr>" for k in keys if k in s)
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(_pct(s.get(k)))}</td></tr>" for k in _ACC_KEYS if k in s)
+    if s.get("overall_missing_primaries"):
+        rows += (f"<tr><th>overall missing</th><td>{escape(', '.join(s['overall_missing_primaries']))}</td></tr>")
+    rows += "".join(f"<tr><th>{escape(k)}</th><td>{escape(_fmt(s.get(k)))}</td></tr>" for k in _COUNT_KEYS if k in s)
     dims = "".join(
-        f"<tr><td>{escape(level)}</td><td>{escape(name)}</td><td>{escape(_fmt(r['acc']))}</td>"
+        f"<tr><td>{escape(level)}</td><td>{escape(name)}</td><td>{escape(_pct(r['acc']))}</td>"
         f"<td>{r['correct']}/{r['total']}</td></tr>"
         for level in ("primary", "sub") for name, r in s.get(level, {}).items())
-    out = f"<table>{rows}</table>"
+    out = (_protocol_block(s) if "protocol" in s else "") + f"<table>{rows}</table>"
     if dims:
-        out += f"<details><summary>dimensions</summary><table><tr><th>level</th><th>dimension</th><th>acc</th>" \
-               f"<th>correct/total</th></tr>{dims}</table></details>"
+        out += f"<details open><summary>dimensions</summary><table><tr><th>level</th><th>dimension</th>" \
+               f"<th>accuracy</th><th>correct/total</th></tr>{dims}</table></details>"
     bad = s.get("malformed_rows") or []
     if bad:
         items = "".join(f"<li>index {escape(str(m['index']))}: {escape(m['error'])}</li>" for m in bad)
-        out += f"<p class='bad'>malformed prompt rows (not evaluated):</p><ul>{items}</ul>"
+        out += f"<p class='bad'>malformed prompt rows (not evaluated, not repaired):</p><ul>{items}</ul>"
+    missing = s.get("missing_images") or []
+    if missing:
+        out += f"<p class='bad'>missing images (&lt;index&gt;_&lt;k&gt;): {escape(', '.join(missing[:200]))}</p>"
     return out
 
 

@@ -8,6 +8,9 @@ Scheme (no rank waits in a collective while another rank judges everything):
 4. every rank computes the same metrics; rank 0 writes ``unigenbench_summary.json``, ``unigenbench_dimensions.csv``,
    ``judgments.jsonl`` and ``index.html`` to ``out_root/step_<step>/``; then ``barrier_fn``.
 
+Each dataset is generated at its own ``height``/``width`` from the eval YAML when set, else at the caller's
+(training) resolution; the summary records it (``image_size``) along with the judge protocol (``protocol``).
+
 Ranks still meet in the gather, so the slowest rank's judging bounds the wait (shards are equal-sized). An
 unreachable judge is detected by one probe per rank and every judgment is recorded as failed (counted), so training
 continues. ``barrier_fn``/``gather_fn`` hide torch.distributed (``dist.barrier`` and a wrapper around
@@ -22,7 +25,12 @@ from typing import Any, Callable, Sequence
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec
 from deepgen_rl.evaluation.generate import generate_eval_images
-from deepgen_rl.evaluation.metrics import compute_unigenbench_summary, summary_to_metrics, write_eval_reports
+from deepgen_rl.evaluation.metrics import (
+    compute_unigenbench_summary,
+    is_judged_summary,
+    summary_to_metrics,
+    write_eval_reports,
+)
 from deepgen_rl.evaluation.unigenbench import JudgeConfig, JudgeRequest, Judgment, UniGenBenchJudge
 
 logger = logging.getLogger(__name__)
@@ -40,6 +48,7 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
                          sampler: str = "cps_sde", batch_size: int = 8, progress: bool = True) -> dict[str, float]:
     """Generate + judge every eval dataset; returns the flat metric dict (same on every rank).
 
+    ``height``/``width``: resolution for datasets whose spec sets none.
     ``gather_fn(obj) -> [obj_rank0, obj_rank1, …]`` must be an all-gather (every rank gets the list).
     With ``judge=False`` (or ``scoring: none``) images are generated and shown in the HTML but not judged.
     """
@@ -50,10 +59,16 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
     local_records: list[dict] = []
     local_judgments: list[dict] = []
     client = UniGenBenchJudge(judge_config or JudgeConfig.from_env()) if judge else None
+    sizes = {spec.name: (spec.height or height, spec.width or width) for spec in eval_specs}
     try:
+        if client is not None:  # refuse test points the template cannot render before generating anything
+            for spec in eval_specs:
+                if spec.language:  # UniGenBench scoring
+                    client.check_prompts(spec.prompts, spec.language)
         for spec in eval_specs:
-            records = generate_eval_images(model, spec, step_dir, rank=rank, world_size=world_size, height=height,
-                                           width=width, inference_mode=inference_mode, eta=eta, sampler=sampler,
+            h, w = sizes[spec.name]
+            records = generate_eval_images(model, spec, step_dir, rank=rank, world_size=world_size, height=h,
+                                           width=w, inference_mode=inference_mode, eta=eta, sampler=sampler,
                                            seed=seed, transformer=transformer, batch_size=batch_size,
                                            progress=progress)
             local_records += [r.to_dict() for r in records]
@@ -64,6 +79,7 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
                         for r in records]
             judgments = client.judge_many(requests, spec.language, progress=progress and rank == 0)
             local_judgments += [j.to_dict() for j in judgments]
+        protocol = client.protocol() if client is not None else None
     finally:
         if client is not None:
             client.close()
@@ -74,21 +90,25 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
 
     summaries: dict[str, dict[str, Any]] = {}
     for spec in eval_specs:
+        n = sum(r["dataset"] == spec.name for r in all_records)
+        size = [{"height": sizes[spec.name][0], "width": sizes[spec.name][1], "num_images": n}]
         if judge and spec.scoring:
             js = [Judgment.from_dict(j) for j in all_judgments if j["dataset"] == spec.name]
-            summaries[spec.name] = compute_unigenbench_summary(spec.name, spec.prompts, js, language=spec.language,
-                                                               malformed_rows=spec.malformed_rows)
+            summaries[spec.name] = compute_unigenbench_summary(
+                spec.name, spec.prompts, js, language=spec.language, malformed_rows=spec.malformed_rows,
+                protocol=protocol, image_size=size)
         else:
-            summaries[spec.name] = {"dataset": spec.name,
-                                    "num_images": sum(r["dataset"] == spec.name for r in all_records)}
+            summaries[spec.name] = {"dataset": spec.name, "num_images": n, "image_size": size}
         summaries[spec.name]["step"] = step
     metrics = summary_to_metrics(summaries)
     if rank == 0:
         write_eval_reports(step_dir, summaries, {s.name: s.prompts for s in eval_specs}, all_judgments,
                            records=all_records, title=f"UniGenBench eval — step {step}")
         for ds, s in summaries.items():
-            if "overall_acc" in s:
-                logger.info("eval step %d %s: overall_acc=%s success_rate=%.3f failed=%d", step, ds,
-                            s["overall_acc"], s["success_rate"], s["num_failed"])
+            if is_judged_summary(s):
+                logger.info("eval step %d %s: overall=%s primary_mean_acc=%s testpoint_micro_acc=%s success_rate=%.3f "
+                            "failed=%d template=%s", step, ds, s["overall"], s["primary_mean_acc"],
+                            s["testpoint_micro_acc"], s["success_rate"], s["num_failed"],
+                            s["protocol"]["template"]["kind"])
     barrier_fn()
     return metrics

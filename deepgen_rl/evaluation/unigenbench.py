@@ -1,26 +1,40 @@
 """UniGenBench judge client and standalone scorer.
 
 The judge is an OpenAI-compatible chat-completions server (``bash scripts/eval_unigenbench_evalmodel.sh`` serves
-``CodeGoat24/UniGenBench-EvalModel-qwen3vl-32b-v1`` with vLLM). For each image the judge sees the image (base64 data
-URL), the prompt and its test points with descriptions, and answers ``<score>[1, 0, …]</score>``: one 0/1 per test
-point, in order. The instruction text below is our own wording (English and Chinese), not the official one.
+``CodeGoat24/UniGenBench-EvalModel-qwen3vl-32b-v1`` with vLLM). One request per image: ONE user message whose content
+is the image (re-encoded as RGB JPEG quality 95, ``data:image/jpeg;base64,…``) followed by the instruction text
+(:mod:`deepgen_rl.evaluation.judge_prompt`: the project template, or the official one with ``--official_repo``).
+The answer holds an ``<analysis>`` list and a ``<score>`` list (one 0/1 per test point), read by
+:func:`~deepgen_rl.evaluation.judge_prompt.parse_answer`.
+
+Two protocols (``protocol`` in every summary):
+
+- project (default): our own instruction, greedy and reproducible decoding (temperature 0, top_p 1, seed 42),
+  served model name ``UniGenBench-EvalModel``. Not leaderboard-comparable.
+- official (``--official_repo PATH`` / ``$UNIGENBENCH_OFFICIAL_REPO``): the official instruction; temperature, top_p
+  and seed are left unset like the official client (the server's defaults apply), served model name ``QwenVL``
+  (the launcher's ``--mode official``).
+
+A malformed answer is re-requested up to ``answer_retries`` times (default 10, as the official client; each
+re-request is a new sample when the judge samples, and the seed, if set, is ``seed + attempt``); after that the
+image is excluded and counted (``num_malformed_answers``). HTTP-level: connection errors, timeouts, 429 and 5xx are
+retried with exponential backoff (at most ``max_retries`` retries per answer); other 4xx are not. A request that
+still fails is excluded and counted (``num_request_failed``). Nothing is ever scored 0 for a failure.
 
 Environment: ``UNIGENBENCH_API_URL`` (default ``http://localhost:8000``; with or without ``/v1``),
-``UNIGENBENCH_MODEL_NAME`` (default ``UniGenBench-EvalModel``, the launch script's ``--served-model-name``),
-``UNIGENBENCH_WORKERS`` (default 32 concurrent requests), ``UNIGENBENCH_TIMEOUT`` (seconds per request, default 300),
-``UNIGENBENCH_MAX_RETRIES`` (default 3).
-
-Sampling is deterministic (temperature 0, fixed seed). Connection errors, timeouts, HTTP 429 and 5xx are retried
-with exponential backoff (at most ``max_retries`` retries); other 4xx are not. A failed request or a malformed
-answer (no ``<score>`` list, non-0/1 values, wrong length) is recorded as such and excluded from accuracy; the
-failure count is reported separately. Malformed answers are not retried (sampling is deterministic).
+``UNIGENBENCH_MODEL_NAME`` (default: the launcher's served name for the protocol), ``UNIGENBENCH_OFFICIAL_REPO``,
+``UNIGENBENCH_WORKERS`` (32), ``UNIGENBENCH_TIMEOUT`` (300 s), ``UNIGENBENCH_MAX_RETRIES`` (3),
+``UNIGENBENCH_ANSWER_RETRIES`` (10), ``UNIGENBENCH_TEMPERATURE`` / ``UNIGENBENCH_TOP_P`` / ``UNIGENBENCH_SEED``
+(``none`` = unset).
 
 Standalone::
 
-    python -m deepgen_rl.evaluation.unigenbench --images DIR --csv test_prompts_en.csv --language en [--out DIR]
+    python -m deepgen_rl.evaluation.unigenbench --images DIR --csv test_prompts_en.csv [--language en] \\
+        [--official_repo UNIGENBENCH_CLONE] [--images_per_prompt 4] [--allow_missing] [--out DIR]
 
-scores ``DIR/<index>.<dup>.png`` and writes ``unigenbench_summary.json``, ``unigenbench_dimensions.csv``,
-``judgments.jsonl`` and ``index.html`` to ``--out`` (default: ``DIR``).
+scores ``DIR/<index>_<k>.png`` (official layout) or ``DIR/<index>.<k>.png`` (ours), k = 0..N-1, and writes
+``unigenbench_summary.json``, ``unigenbench_dimensions.csv``, ``judgments.jsonl`` and ``index.html`` to ``--out``
+(default: ``DIR``). Missing images are listed and fail the run unless ``--allow_missing``.
 """
 
 from __future__ import annotations
@@ -32,9 +46,11 @@ import json
 import logging
 import os
 import re
+import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,55 +59,119 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from deepgen_rl.evaluation.config import EvalPrompt, load_unigenbench_csv
+from deepgen_rl.evaluation.judge_prompt import (
+    LANGUAGES,
+    OFFICIAL_REPO_ENV,
+    MalformedAnswer,
+    OfficialLayoutError,
+    load_judge_template,
+    parse_answer,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "http://localhost:8000"
-DEFAULT_MODEL_NAME = "UniGenBench-EvalModel"
-
-JUDGE_INSTRUCTIONS = {
-    "en": (
-        "You are a strict evaluator of text-to-image generation. The attached image was generated from the prompt "
-        "below. For each numbered test point, check only the aspect it names (its description says what to look "
-        "for) and decide whether the image satisfies it: 1 if it clearly does, 0 otherwise.\n\n"
-        "Prompt: {prompt}\n\nTest points:\n{testpoints}\n\n"
-        "Reason briefly about each test point, then give the final verdicts as a list of exactly {n} integers "
-        "(0 or 1), in the order of the test points, inside <score></score> tags, e.g. <score>{example}</score>."
-    ),
-    "zh": (
-        "你是一名严格的文生图评测员。附图是根据下面的提示词生成的。请针对每个编号的考点，只检查该考点所指的方面"
-        "（考点描述说明了要看什么），判断图像是否满足：明确满足记 1，否则记 0。\n\n"
-        "提示词：{prompt}\n\n考点：\n{testpoints}\n\n"
-        "请先对每个考点做简要分析，然后按考点顺序给出恰好 {n} 个整数（0 或 1）组成的列表，放在 <score></score> "
-        "标签内，例如 <score>{example}</score>。"
-    ),
-}
-_TESTPOINT_LINE = {"en": "{i}. {name}: {description}", "zh": "{i}. {name}：{description}"}
-_SCORE_TAG = re.compile(r"<score>(.*?)</score>", re.DOTALL | re.IGNORECASE)
+# served model name per protocol; scripts/eval_unigenbench_evalmodel.sh --mode <protocol> serves the same names
+SERVED_MODEL_NAMES = {"project": "UniGenBench-EvalModel", "official": "QwenVL"}
+DEFAULT_MODEL_NAME = SERVED_MODEL_NAMES["project"]
+PROJECT_SAMPLING = {"temperature": 0.0, "top_p": 1.0, "seed": 42}
+JPEG_QUALITY = 95
+MODE_DEFAULT = "mode-default"  # a JudgeConfig field left to the protocol's default
+JUDGE_CAVEAT = ("The leaderboard was most likely judged by Gemini-2.5-Pro; the offline UniGenBench-EvalModel "
+                "approximates it (the 72B model agrees with it on about 94% of verdicts), so even official-protocol "
+                "numbers are comparable, not identical.")
 
 
 @dataclass
 class JudgeConfig:
+    """Client settings. Fields left at ``MODE_DEFAULT`` follow the protocol (official when ``official_repo``)."""
+
     api_url: str = DEFAULT_API_URL
-    model: str = DEFAULT_MODEL_NAME
+    model: str = MODE_DEFAULT
     workers: int = 32
     timeout: float = 300.0
-    max_retries: int = 3
-    backoff: float = 1.0  # seconds before the first retry, doubled each retry
+    max_retries: int = 3  # HTTP-level retries per answer
+    backoff: float = 1.0  # seconds before the first HTTP retry, doubled each retry
+    answer_retries: int = 10  # re-requests of a malformed answer
     max_tokens: int = 4096
-    seed: int = 42
+    temperature: float | None | str = MODE_DEFAULT
+    top_p: float | None | str = MODE_DEFAULT
+    seed: int | None | str = MODE_DEFAULT
+    official_repo: str | None = None
+    sampling_overridden: bool = field(default=False, init=False)
+
+    def __post_init__(self):
+        mode = self.protocol
+        if self.model == MODE_DEFAULT:
+            self.model = SERVED_MODEL_NAMES[mode]
+        for key in ("temperature", "top_p", "seed"):
+            value = getattr(self, key)
+            if value == MODE_DEFAULT:
+                setattr(self, key, PROJECT_SAMPLING[key] if mode == "project" else None)
+            elif mode == "official" and value is not None:
+                self.sampling_overridden = True
+        if self.answer_retries < 0 or self.max_retries < 0:
+            raise ValueError(f"answer_retries/max_retries must be >= 0, got {self.answer_retries}/{self.max_retries}")
+
+    @property
+    def protocol(self) -> str:
+        return "official" if self.official_repo else "project"
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The sampling fields sent with every request (unset ones are not sent)."""
+        return {k: getattr(self, k) for k in ("temperature", "top_p", "seed") if getattr(self, k) is not None}
 
     @classmethod
     def from_env(cls, **overrides) -> "JudgeConfig":
+        """Settings from ``UNIGENBENCH_*`` env vars; ``overrides`` (None = not given) win."""
         env = os.environ
-        cfg = cls(
-            api_url=env.get("UNIGENBENCH_API_URL", DEFAULT_API_URL),
-            model=env.get("UNIGENBENCH_MODEL_NAME", DEFAULT_MODEL_NAME),
-            workers=int(env.get("UNIGENBENCH_WORKERS", 32)),
-            timeout=float(env.get("UNIGENBENCH_TIMEOUT", 300)),
-            max_retries=int(env.get("UNIGENBENCH_MAX_RETRIES", 3)),
-        )
-        return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+        values: dict[str, Any] = {
+            "api_url": env.get("UNIGENBENCH_API_URL", DEFAULT_API_URL),
+            "model": env.get("UNIGENBENCH_MODEL_NAME") or MODE_DEFAULT,
+            "workers": int(env.get("UNIGENBENCH_WORKERS", 32)),
+            "timeout": float(env.get("UNIGENBENCH_TIMEOUT", 300)),
+            "max_retries": int(env.get("UNIGENBENCH_MAX_RETRIES", 3)),
+            "answer_retries": int(env.get("UNIGENBENCH_ANSWER_RETRIES", 10)),
+            "official_repo": env.get(OFFICIAL_REPO_ENV) or None,
+        }
+        for key, conv in (("temperature", float), ("top_p", float), ("seed", int)):
+            raw = env.get(f"UNIGENBENCH_{key.upper()}")
+            values[key] = MODE_DEFAULT if raw is None else optional_number(raw, conv)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def optional_number(raw: Any, conv=float):
+    """``"none"``/``""`` -> None (leave unset), else ``conv(raw)``."""
+    if raw is None or str(raw).strip().lower() in ("", "none", "unset", "null"):
+        return None
+    return conv(raw)
+
+
+def decoding_description(config: JudgeConfig) -> str:
+    if config.temperature is None:
+        return "server defaults (temperature/top_p not sent, as the official client)"
+    if config.temperature == 0:
+        return f"greedy (temperature 0, seed {config.seed}): reproducible"
+    return f"sampled (temperature {config.temperature}, top_p {config.top_p}, seed {config.seed})"
+
+
+def protocol_info(config: JudgeConfig, template) -> dict[str, Any]:
+    """What every summary records about how the judge was asked."""
+    return {
+        "name": config.protocol,
+        "template": template.describe(),
+        "model": config.model,
+        "sampling": {**{k: getattr(config, k) for k in ("temperature", "top_p", "seed")},
+                     "max_tokens": config.max_tokens},
+        "decoding": decoding_description(config),
+        "sampling_overridden": config.sampling_overridden,
+        "answer_retries": config.answer_retries,
+        "http_retries": config.max_retries,
+        "image_encoding": f"RGB JPEG quality {JPEG_QUALITY}, one image per request, image part before the text part",
+        "judge_caveat": JUDGE_CAVEAT,
+    }
 
 
 def chat_completions_url(api_url: str) -> str:
@@ -106,7 +186,8 @@ def chat_completions_url(api_url: str) -> str:
 
 @dataclass
 class Judgment:
-    """The verdict for one image. ``status``: ``ok`` | ``failed`` (request) | ``malformed`` (answer) | ``skipped``."""
+    """The verdict for one image. ``status``: ``ok`` | ``failed`` (request) | ``malformed`` (answer) | ``skipped``.
+    ``attempts``: HTTP requests sent; ``answers``: answers received (1 + re-requests of malformed answers)."""
 
     dataset: str
     index: int
@@ -117,6 +198,7 @@ class Judgment:
     error: str | None = None
     response: str | None = None
     attempts: int = 0
+    answers: int = 0
 
     @property
     def ok(self) -> bool:
@@ -139,59 +221,35 @@ class JudgeRequest:
     rel_path: str
 
 
-def build_judge_prompt(item: EvalPrompt, language: str) -> str:
-    if language not in JUDGE_INSTRUCTIONS:
-        raise ValueError(f"language must be one of {sorted(JUDGE_INSTRUCTIONS)}, got {language!r}")
-    lines = "\n".join(_TESTPOINT_LINE[language].format(i=i, name=tp.name, description=tp.description)
-                      for i, tp in enumerate(item.testpoints, start=1))
-    n = len(item.testpoints)
-    example = "[" + ", ".join("1" if i % 2 == 0 else "0" for i in range(n)) + "]"
-    return JUDGE_INSTRUCTIONS[language].format(prompt=item.prompt, testpoints=lines, n=n, example=example)
-
-
 def image_data_url(image: Image.Image | str | Path) -> str:
+    """The image as the official client sends it: converted to RGB, JPEG quality 95, base64 data URL."""
     if isinstance(image, (str, Path)):
-        data = Path(image).read_bytes()
-        mime = "image/png" if data[:8] == b"\x89PNG\r\n\x1a\n" else "image/jpeg"
-    else:
-        buf = io.BytesIO()
-        image.convert("RGB").save(buf, format="PNG")
-        data, mime = buf.getvalue(), "image/png"
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
-def parse_score(text: str | None, num_testpoints: int) -> list[int]:
-    """The 0/1 list inside the last ``<score>…</score>``; raises ValueError unless it has ``num_testpoints`` values."""
-    if not text:
-        raise ValueError("empty answer")
-    found = _SCORE_TAG.findall(text)
-    if not found:
-        raise ValueError("no <score>…</score> in the answer")
-    body = found[-1].strip().strip("[]()").strip()
-    tokens = [t for t in re.split(r"[,\s]+", body) if t]
-    values = []
-    for tok in tokens:
-        try:
-            v = float(tok)
-        except ValueError:
-            raise ValueError(f"non-numeric score {tok!r}") from None
-        if v not in (0.0, 1.0):
-            raise ValueError(f"score {tok!r} is not 0 or 1")
-        values.append(int(v))
-    if len(values) != num_testpoints:
-        raise ValueError(f"{len(values)} scores for {num_testpoints} test points")
-    return values
+        with Image.open(image) as img:
+            image = img.convert("RGB")
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG", quality=JPEG_QUALITY)
+    return f"data:image/jpeg;base64,{base64.b64encode(buf.getvalue()).decode()}"
 
 
 class _Retryable(Exception):
     pass
 
 
-class UniGenBenchJudge:
-    """Thread-pooled chat-completions client. Thread-safe; one shared ``httpx.Client``."""
+class _RequestFailed(Exception):
+    def __init__(self, message: str, attempts: int):
+        super().__init__(message)
+        self.attempts = attempts
 
-    def __init__(self, config: JudgeConfig | None = None):
+
+class UniGenBenchJudge:
+    """Thread-pooled chat-completions client. Thread-safe; one shared ``httpx.Client``.
+
+    Raises :class:`~deepgen_rl.evaluation.judge_prompt.OfficialLayoutError` at construction when ``official_repo``
+    does not hold the supported layout."""
+
+    def __init__(self, config: JudgeConfig | None = None, template=None):
         self.config = config or JudgeConfig.from_env()
+        self.template = template or load_judge_template(self.config.official_repo)
         self.url = chat_completions_url(self.config.api_url)
         self._client = httpx.Client(timeout=self.config.timeout,
                                     limits=httpx.Limits(max_connections=max(1, self.config.workers)))
@@ -205,6 +263,16 @@ class UniGenBenchJudge:
     def __exit__(self, *exc):
         self.close()
 
+    def protocol(self) -> dict[str, Any]:
+        return protocol_info(self.config, self.template)
+
+    def check_prompts(self, prompts: Sequence[EvalPrompt], language: str) -> None:
+        """Refuse (ValueError) test points the template cannot render (the official code raises on them too)."""
+        unknown = self.template.unknown_testpoints(prompts, language)
+        if unknown:
+            raise ValueError(f"{len(unknown)} test point names have no definition in the {self.template.kind} "
+                             f"template ({language}): {unknown[:10]}; is the CSV in the judge's language?")
+
     def is_reachable(self, timeout: float = 5.0) -> tuple[bool, str]:
         """Probe the server once (GET ``/v1/models``); any HTTP answer counts as reachable."""
         url = self.url.rsplit("/chat/completions", 1)[0] + "/models"
@@ -214,15 +282,17 @@ class UniGenBenchJudge:
         except httpx.HTTPError as exc:
             return False, f"judge unreachable at {self.config.api_url}: {type(exc).__name__}: {exc}"
 
-    def _payload(self, req: JudgeRequest, language: str) -> dict[str, Any]:
-        content = [
-            {"type": "image_url", "image_url": {"url": image_data_url(req.image_path)}},
-            {"type": "text", "text": build_judge_prompt(req.item, language)},
-        ]
-        return {"model": self.config.model, "messages": [{"role": "user", "content": content}],
-                "temperature": 0.0, "top_p": 1.0, "seed": self.config.seed, "max_tokens": self.config.max_tokens}
+    def payload(self, image_url: str, instruction: str, answer_try: int = 0) -> dict[str, Any]:
+        """One user message: the image part, then the text part. Unset sampling fields are not sent; a set seed is
+        ``seed + answer_try`` so a re-request is a new sample."""
+        content = [{"type": "image_url", "image_url": {"url": image_url}}, {"type": "text", "text": instruction}]
+        body = {"model": self.config.model, "messages": [{"role": "user", "content": content}],
+                "max_tokens": self.config.max_tokens, **self.config.sampling}
+        if self.config.seed is not None:
+            body["seed"] = self.config.seed + answer_try
+        return body
 
-    def _post(self, payload: dict[str, Any]) -> str | None:
+    def _post_once(self, payload: dict[str, Any]) -> str | None:
         try:
             resp = self._client.post(self.url, json=payload)
         except httpx.HTTPError as exc:  # connection errors and timeouts
@@ -232,30 +302,45 @@ class UniGenBenchJudge:
         resp.raise_for_status()
         return resp.json()["choices"][0]["message"].get("content")
 
-    def judge(self, req: JudgeRequest, language: str) -> Judgment:
-        base = dict(dataset=req.dataset, index=req.item.index, dup=req.dup, rel_path=req.rel_path)
-        try:
-            payload = self._payload(req, language)
-        except (OSError, ValueError) as exc:
-            return Judgment(**base, status="failed", error=f"cannot read image: {exc}")
+    def _post(self, payload: dict[str, Any]) -> tuple[str | None, int]:
+        """(answer text, HTTP requests sent); raises _RequestFailed after ``max_retries`` retries."""
         attempts, delay = 0, self.config.backoff
         while True:
             attempts += 1
             try:
-                text = self._post(payload)
-                break
+                return self._post_once(payload), attempts
             except _Retryable as exc:
                 if attempts > self.config.max_retries:
-                    return Judgment(**base, status="failed", error=str(exc), attempts=attempts)
+                    raise _RequestFailed(str(exc), attempts) from None
                 time.sleep(delay)
                 delay *= 2
             except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
-                return Judgment(**base, status="failed", error=f"{type(exc).__name__}: {exc}", attempts=attempts)
+                raise _RequestFailed(f"{type(exc).__name__}: {exc}", attempts) from None
+
+    def judge(self, req: JudgeRequest, language: str) -> Judgment:
+        base = dict(dataset=req.dataset, index=req.item.index, dup=req.dup, rel_path=req.rel_path)
         try:
-            verdicts = parse_score(text, len(req.item.testpoints))
-        except ValueError as exc:
-            return Judgment(**base, status="malformed", error=str(exc), response=text, attempts=attempts)
-        return Judgment(**base, status="ok", verdicts=verdicts, response=text, attempts=attempts)
+            image_url = image_data_url(req.image_path)
+        except (OSError, ValueError) as exc:
+            return Judgment(**base, status="failed", error=f"cannot read image: {exc}")
+        instruction = self.template.render(req.item, language)
+        attempts, text, error = 0, None, None
+        for answer_try in range(1 + self.config.answer_retries):
+            try:
+                text, n = self._post(self.payload(image_url, instruction, answer_try))
+            except _RequestFailed as exc:
+                return Judgment(**base, status="failed", error=str(exc), attempts=attempts + exc.attempts,
+                                answers=answer_try, response=text)
+            attempts += n
+            try:
+                verdicts = parse_answer(text, len(req.item.testpoints))
+            except MalformedAnswer as exc:
+                error = str(exc)
+                continue
+            return Judgment(**base, status="ok", verdicts=verdicts, response=text, attempts=attempts,
+                            answers=answer_try + 1)
+        return Judgment(**base, status="malformed", error=f"{error} (last of {1 + self.config.answer_retries} "
+                        "answers)", response=text, attempts=attempts, answers=1 + self.config.answer_retries)
 
     def judge_many(self, requests: Sequence[JudgeRequest], language: str, *, progress: bool = True,
                    check_reachable: bool = True) -> list[Judgment]:
@@ -280,79 +365,179 @@ class UniGenBenchJudge:
         return results
 
 
-_IMAGE_NAME = re.compile(r"^(\d+)\.(\d+)\.(png|jpg|jpeg|webp)$", re.IGNORECASE)
+# <index>.<k>.png (this project) or <index>_<k>.png (official)
+_IMAGE_NAME = re.compile(r"^(\d+)([._])(\d+)\.(png|jpg|jpeg|webp)$", re.IGNORECASE)
+
+
+@dataclass
+class ImageScan:
+    """What an image folder holds for a prompt file: ``requests`` to judge (sorted by index, k), ``missing``
+    expected ``"<index>_<k>"`` slots without a file, ``unknown`` files without a CSV row, ``ignored`` files with
+    k >= images_per_prompt."""
+
+    requests: list[JudgeRequest]
+    missing: list[str]
+    unknown: list[str]
+    ignored: list[str]
 
 
 def collect_image_requests(images_dir: str | Path, prompts: Sequence[EvalPrompt], dataset: str,
-                           rel_root: str | Path | None = None) -> tuple[list[JudgeRequest], list[str]]:
-    """Requests for ``images_dir/<index>.<dup>.png`` files; also returns files whose index is not in ``prompts``."""
+                           rel_root: str | Path | None = None, images_per_prompt: int | None = None) -> ImageScan:
+    """Find ``<index>.<k>.<ext>`` and ``<index>_<k>.<ext>`` images. With ``images_per_prompt`` N, every prompt must
+    have k = 0..N-1 (the rest is listed as missing) and files with k >= N are ignored (listed). Raises ValueError
+    when one slot has files in both layouts."""
     images_dir = Path(images_dir)
     rel_root = Path(rel_root) if rel_root is not None else images_dir
+    if images_per_prompt is not None and images_per_prompt < 1:
+        raise ValueError(f"--images_per_prompt must be >= 1, got {images_per_prompt}")
     by_index = {p.index: p for p in prompts}
-    requests, unknown = [], []
+    found: dict[tuple[int, int], Path] = {}
+    unknown, ignored = [], []
     files = sorted(images_dir.iterdir(), key=lambda p: p.name) if images_dir.is_dir() else []
     for f in files:
         m = _IMAGE_NAME.match(f.name)
         if not m:
             continue
-        index, dup = int(m.group(1)), int(m.group(2))
+        index, k = int(m.group(1)), int(m.group(3))
         if index not in by_index:
             unknown.append(f.name)
+        elif images_per_prompt is not None and k >= images_per_prompt:
+            ignored.append(f.name)
+        elif (index, k) in found:
+            raise ValueError(f"{images_dir}: image {index}/{k} exists twice ({found[index, k].name} and {f.name}); "
+                             "keep one layout, <index>_<k>.png or <index>.<k>.png")
+        else:
+            found[index, k] = f
+    requests = []
+    for (index, k), f in sorted(found.items()):
+        rel = os.path.relpath(f.resolve(), rel_root.resolve()).replace(os.sep, "/")
+        requests.append(JudgeRequest(dataset, by_index[index], k, f, rel))
+    missing = []
+    if images_per_prompt is not None:
+        missing = [f"{p.index}_{k}" for p in prompts for k in range(images_per_prompt) if (p.index, k) not in found]
+    return ImageScan(requests, missing, unknown, ignored)
+
+
+def image_sizes(paths: Sequence[str | Path]) -> list[dict[str, int]]:
+    """``[{"height", "width", "num_images"}, …]`` over ``paths`` (reads image headers only), most common first."""
+    counts: Counter = Counter()
+    for p in paths:
+        try:
+            with Image.open(p) as img:
+                counts[(img.height, img.width)] += 1
+        except OSError:
             continue
-        rel = os.path.relpath(f.resolve(), Path(rel_root).resolve()).replace(os.sep, "/")
-        requests.append(JudgeRequest(dataset, by_index[index], dup, f, rel))
-    requests.sort(key=lambda r: (r.item.index, r.dup))
-    return requests, unknown
+    return [{"height": h, "width": w, "num_images": n} for (h, w), n in counts.most_common()]
 
 
-def score_image_folder(images_dir: str | Path, csv_path: str | Path, language: str, out_dir: str | Path | None = None,
-                       *, dataset: str | None = None, config: JudgeConfig | None = None,
-                       progress: bool = True) -> dict[str, Any]:
-    """Judge an existing folder of ``<index>.<dup>.png`` images and write summary/CSV/HTML. Returns the summary."""
+def _infer_language(prompts: Sequence[EvalPrompt], csv_path) -> str:
+    langs = sorted({p.meta.get("language") for p in prompts})
+    if len(langs) != 1 or langs[0] not in LANGUAGES:
+        raise ValueError(f"cannot infer the language of {csv_path} (test point keys {langs}); pass --language")
+    return langs[0]
+
+
+def score_image_folder(images_dir: str | Path, csv_path: str | Path, language: str | None = None,
+                       out_dir: str | Path | None = None, *, dataset: str | None = None,
+                       config: JudgeConfig | None = None, images_per_prompt: int | None = 4,
+                       allow_missing: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Judge an existing image folder and write summary/CSV/JSONL/HTML. Returns the summary.
+
+    Raises FileNotFoundError when images are missing (unless ``allow_missing``) or none match, ValueError for a
+    prompt file in the wrong language or test points the template cannot render, OfficialLayoutError for an
+    unsupported official repository. Nothing is sent to the judge before these checks pass."""
     from deepgen_rl.evaluation.metrics import compute_unigenbench_summary, write_eval_reports
 
     images_dir, out_dir = Path(images_dir), Path(out_dir or images_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    prompts, malformed = load_unigenbench_csv(csv_path, language)
+    language = language or _infer_language(prompts, csv_path)
     dataset = dataset or f"unigenbench_{language}"
-    prompts, malformed = load_unigenbench_csv(csv_path)
-    requests, unknown = collect_image_requests(images_dir, prompts, dataset, rel_root=out_dir)
-    if not requests:
-        raise FileNotFoundError(f"no <index>.<dup>.png images for {csv_path} found in {images_dir}")
-    if unknown:
-        logger.warning("%d images have no row in %s (ignored): %s", len(unknown), csv_path, unknown[:10])
+    scan = collect_image_requests(images_dir, prompts, dataset, rel_root=out_dir,
+                                  images_per_prompt=images_per_prompt)
+    if not scan.requests:
+        raise FileNotFoundError(f"no <index>_<k>.png or <index>.<k>.png images for {csv_path} found in {images_dir}")
+    if scan.missing and not allow_missing:
+        raise FileNotFoundError(
+            f"{len(scan.missing)} images missing in {images_dir} for --images_per_prompt {images_per_prompt} "
+            f"(<index>_<k>): {scan.missing[:20]}{' …' if len(scan.missing) > 20 else ''}; generate them, or pass "
+            "--allow_missing to score the images that exist")
+    if scan.unknown:
+        logger.warning("%d images have no row in %s (ignored): %s", len(scan.unknown), csv_path, scan.unknown[:10])
+    used = {r.item.index for r in scan.requests}
+    used_prompts = [p for p in prompts if p.index in used]
     with UniGenBenchJudge(config or JudgeConfig.from_env()) as judge:
-        judgments = judge.judge_many(requests, language, progress=progress)
-    used = {r.item.index for r in requests}
-    summary = compute_unigenbench_summary(dataset, [p for p in prompts if p.index in used], judgments,
-                                          language=language, malformed_rows=malformed)
-    summary["unmatched_images"] = unknown
+        judge.check_prompts(used_prompts, language)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        judgments = judge.judge_many(scan.requests, language, progress=progress)
+        protocol = judge.protocol()
+    summary = compute_unigenbench_summary(dataset, used_prompts, judgments, language=language,
+                                          malformed_rows=malformed, protocol=protocol,
+                                          image_size=image_sizes([r.image_path for r in scan.requests]))
+    summary.update(images_per_prompt=images_per_prompt, num_missing_images=len(scan.missing),
+                   missing_images=scan.missing, unmatched_images=scan.unknown, ignored_images=scan.ignored)
+    if scan.missing:
+        summary["leaderboard_comparable"] = False
+        summary["not_comparable_because"].append(f"{len(scan.missing)} images missing (--allow_missing)")
     write_eval_reports(out_dir, {dataset: summary}, {dataset: prompts}, judgments, title=f"UniGenBench {dataset}")
     return summary
 
 
+SUMMARY_PRINT_KEYS = ("overall", "overall_missing_primaries", "primary_mean_acc", "testpoint_micro_acc",
+                      "leaderboard_comparable", "not_comparable_because", "num_images", "num_judged", "num_failed",
+                      "num_malformed_answers", "success_rate", "num_missing_images", "num_malformed_rows")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Score a folder of <index>.<dup>.png images with the UniGenBench "
-                                                 "judge (OpenAI-compatible server).")
-    parser.add_argument("--images", required=True, help="folder with <index>.<dup>.png images")
-    parser.add_argument("--csv", required=True, help="UniGenBench prompt CSV (index,prompt,sub_dims)")
-    parser.add_argument("--language", required=True, choices=sorted(JUDGE_INSTRUCTIONS))
+    parser = argparse.ArgumentParser(description="Score a folder of <index>_<k>.png (or <index>.<k>.png) images "
+                                                 "with the UniGenBench judge (OpenAI-compatible server).")
+    parser.add_argument("--images", required=True, help="folder with <index>_<k>.png or <index>.<k>.png images")
+    parser.add_argument("--csv", required=True, help="UniGenBench prompt CSV (index,prompt,sub_dims or the official "
+                                                     "index,prompt_en,sub_dims_en / prompt_zh,sub_dims_zh)")
+    parser.add_argument("--language", default=None, choices=list(LANGUAGES),
+                        help="judge language (default: from the CSV's test point keys)")
     parser.add_argument("--out", default=None, help="output folder for summary/CSV/HTML (default: --images)")
     parser.add_argument("--dataset", default=None, help="dataset name in reports (default: unigenbench_<language>)")
-    parser.add_argument("--api_url", default=None, help=f"judge URL (default $UNIGENBENCH_API_URL or {DEFAULT_API_URL})")
-    parser.add_argument("--model", default=None, help="served model name (default $UNIGENBENCH_MODEL_NAME)")
+    parser.add_argument("--official_repo", default=None,
+                        help=f"clone of the official UniGenBench repository: use its judge template (official "
+                             f"protocol; default ${OFFICIAL_REPO_ENV})")
+    parser.add_argument("--images_per_prompt", type=int, default=4,
+                        help="images expected per prompt, k = 0..N-1 (default 4, as the official evaluator)")
+    parser.add_argument("--allow_missing", action="store_true", help="score what exists when images are missing "
+                                                                     "(listed in the summary)")
+    parser.add_argument("--api_url", default=None,
+                        help=f"judge URL (default $UNIGENBENCH_API_URL or {DEFAULT_API_URL})")
+    parser.add_argument("--model", default=None, help="served model name (default $UNIGENBENCH_MODEL_NAME, else "
+                                                      f"{SERVED_MODEL_NAMES})")
     parser.add_argument("--workers", type=int, default=None, help="concurrent requests (default $UNIGENBENCH_WORKERS)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per request")
-    parser.add_argument("--max_retries", type=int, default=None)
+    parser.add_argument("--max_retries", type=int, default=None, help="HTTP retries per answer (default 3)")
+    parser.add_argument("--answer_retries", type=int, default=None, help="re-requests of a malformed answer "
+                                                                         "(default 10)")
+    parser.add_argument("--temperature", default=None, help="sampling temperature, or 'none' to leave it unset "
+                                                            "(default: 0 for the project protocol, unset for official)")
+    parser.add_argument("--top_p", default=None, help="top_p, or 'none' (default: 1 project, unset official)")
+    parser.add_argument("--seed", default=None, help="request seed, or 'none' (default: 42 project, unset official)")
     parser.add_argument("--no_progress", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    config = JudgeConfig.from_env(api_url=args.api_url, model=args.model, workers=args.workers,
-                                  timeout=args.timeout, max_retries=args.max_retries)
-    summary = score_image_folder(args.images, args.csv, args.language, args.out, dataset=args.dataset,
-                                 config=config, progress=not args.no_progress)
-    keys = ("overall_acc", "primary_mean_acc", "num_images", "num_judged", "num_failed", "num_malformed_answers",
-            "success_rate", "num_malformed_rows")
-    print(json.dumps({k: summary.get(k) for k in keys}, ensure_ascii=False, indent=2))
+    try:
+        sampling = {k: optional_number(getattr(args, k), conv) for k, conv in
+                    (("temperature", float), ("top_p", float), ("seed", int)) if getattr(args, k) is not None}
+        config = JudgeConfig.from_env(api_url=args.api_url, model=args.model, workers=args.workers,
+                                      timeout=args.timeout, max_retries=args.max_retries,
+                                      answer_retries=args.answer_retries, official_repo=args.official_repo)
+        if sampling:
+            config = replace(config, **sampling)
+        summary = score_image_folder(args.images, args.csv, args.language, args.out, dataset=args.dataset,
+                                     config=config, images_per_prompt=args.images_per_prompt,
+                                     allow_missing=args.allow_missing, progress=not args.no_progress)
+    except (FileNotFoundError, OfficialLayoutError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = {k: summary.get(k) for k in SUMMARY_PRINT_KEYS}
+    out["protocol"] = {k: summary["protocol"][k] for k in ("name", "model", "decoding")}
+    out["template"] = summary["protocol"]["template"]["kind"]
+    print(json.dumps(out, ensure_ascii=False, indent=2))
     return 0
 
 

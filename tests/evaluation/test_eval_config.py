@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deepgen_rl.evaluation.config import load_eval_config, load_prompt_file, load_unigenbench_csv, split_dimension
-from eval_helpers import SHARED_UNIGENBENCH
+from eval_helpers import SHARED_UNIGENBENCH, write_unigenbench_csv
 
 REPO = Path(__file__).resolve().parents[2]
 needs_data = pytest.mark.skipif(not SHARED_UNIGENBENCH.is_dir(), reason="../shared/data/unigenbench not present")
@@ -119,3 +119,30 @@ def test_yaml_errors(tmp_path):
         load_eval_config(tmp_path / "e.yaml")
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
         load_eval_config(tmp_path / "nope.yaml")
+
+
+def test_official_csv_headers_are_accepted(tmp_path):
+    rows = [(0, "A fox.", ["Style"], ["ink"]), (1, "Two cups.", ["Attribute - Quantity"], ["two"])]
+    ours, _ = load_unigenbench_csv(write_unigenbench_csv(tmp_path / "ours.csv", rows))
+    official, _ = load_unigenbench_csv(write_unigenbench_csv(tmp_path / "off.csv", rows, header="en"), "en")
+    assert ours == official and [p.prompt for p in official] == ["A fox.", "Two cups."]
+    zh, _ = load_unigenbench_csv(write_unigenbench_csv(tmp_path / "zh.csv", [(0, "狐狸。", ["风格"], ["水墨"])],
+                                                       header="zh"))
+    assert zh[0].testpoints[0].name == "风格" and zh[0].meta["language"] == "zh"
+    (tmp_path / "bad.csv").write_text("index,text,dims\n0,a,{}\n")
+    with pytest.raises(ValueError, match=r"index,prompt,sub_dims or index,prompt_en,sub_dims_en"):
+        load_unigenbench_csv(tmp_path / "bad.csv")
+    with pytest.raises(ValueError, match="language 'zh' was requested"):
+        load_unigenbench_csv(tmp_path / "off.csv", "zh")
+
+
+def test_eval_yaml_resolution_per_dataset(tmp_path):
+    (tmp_path / "p.txt").write_text("a\n")
+    (tmp_path / "e.yaml").write_text("datasets:\n  - {name: d, path: p.txt, height: 1024, width: 768}\n"
+                                     "  - {name: e, path: p.txt}\n")
+    d, e = load_eval_config(tmp_path / "e.yaml")
+    assert (d.height, d.width, e.height, e.width) == (1024, 768, None, None)
+    for bad in ("height: 1024", "height: 1000, width: 1024", "height: big, width: 512"):
+        (tmp_path / "e.yaml").write_text(f"datasets:\n  - {{name: d, path: p.txt, {bad}}}\n")
+        with pytest.raises(ValueError, match="height"):
+            load_eval_config(tmp_path / "e.yaml")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, load_eval_config
 from deepgen_rl.evaluation.generate import generate_eval_images, item_seed, sample_latents, shard_items
@@ -149,7 +150,8 @@ def test_run_unigenbench_eval_two_ranks_with_judge(tmp_path, fake_judge):
     assert [len(p[1]) for p in payloads.values()] == [6, 6]
     total = sum(len(p.testpoints) for p in ub.prompts) * 2
     wrong = sum(1 for i in range(6) if i % 2) * 2
-    assert metrics["eval/demo_unigenbench/overall_acc"] == pytest.approx((total - wrong) / total)
+    assert metrics["eval/demo_unigenbench/testpoint_micro_acc"] == pytest.approx((total - wrong) / total)
+    assert "eval/demo_unigenbench/overall" not in metrics  # the demo set does not cover all 10 primaries
     assert metrics["eval/demo_unigenbench/success_rate"] == 1.0
     assert metrics["eval/demo_unigenbench/num_images"] == 12 and metrics["eval/demo_txt/num_images"] == 3
     style = [(i, k == len(p.testpoints) - 1) for i, p in enumerate(ub.prompts)
@@ -163,6 +165,9 @@ def test_run_unigenbench_eval_two_ranks_with_judge(tmp_path, fake_judge):
     assert len(list((step_dir / "demo_txt").glob("*.png"))) == 3
     summary = json.loads((step_dir / "unigenbench_summary.json").read_text())
     assert summary["demo_unigenbench"]["num_judged"] == 12 and summary["demo_txt"]["num_images"] == 3
+    s = summary["demo_unigenbench"]
+    assert s["protocol"]["template"]["kind"] == "project" and s["leaderboard_comparable"] is False
+    assert s["image_size"] == [{"height": 32, "width": 32, "num_images": 12}]
     html = (step_dir / "index.html").read_text()
     assert "src='demo_unigenbench/5.1.png'" in html and "src='demo_txt/2.0.png'" in html
     assert (step_dir / "unigenbench_dimensions.csv").is_file()
@@ -175,7 +180,7 @@ def test_run_unigenbench_eval_unreachable_judge_does_not_crash(tmp_path):
     metrics = run_unigenbench_eval(FakeModel(), specs, tmp_path, 3, judge=True, judge_config=cfg,
                                    height=16, width=16, progress=False)
     assert metrics["eval/demo_unigenbench/num_failed"] == 6 and metrics["eval/demo_unigenbench/success_rate"] == 0
-    assert "eval/demo_unigenbench/overall_acc" not in metrics
+    assert "eval/demo_unigenbench/testpoint_micro_acc" not in metrics
     s = json.loads((tmp_path / "step_3" / "unigenbench_summary.json").read_text())["demo_unigenbench"]
     assert s["num_request_failed"] == 6 and "unreachable" in s["failures"][0]["error"]
 
@@ -205,3 +210,21 @@ def test_sde_mode_adds_per_item_noise(tmp_path):
     assert _pngs(tmp_path / "eta0") == ode  # cps_sde with eta = 0 is the Euler step
     with pytest.raises(ValueError, match="inference_mode"):
         generate_eval_images(FakeModel(), spec, tmp_path / "x", inference_mode="euler", **KW)
+
+
+def test_per_dataset_resolution_is_used_and_recorded(tmp_path, fake_judge):
+    specs = load_eval_config(DEMO_YAML)
+    for s in specs:
+        s.num_inference_steps, s.duplicates = 1, 1
+    specs[0].height, specs[0].width = 48, 32  # demo_unigenbench at 32x48 (w x h); demo_txt at the caller's 16x16
+    for p in specs[0].prompts:
+        fake_judge.table[p.prompt] = ("ok", [1] * len(p.testpoints))
+    cfg = JudgeConfig(api_url=fake_judge.url, workers=2, timeout=5, max_retries=0)
+    run_unigenbench_eval(FakeModel(), specs, tmp_path, 1, judge_config=cfg, height=16, width=16, progress=False)
+    step = tmp_path / "step_1"
+    assert Image.open(step / "demo_unigenbench" / "0.0.png").size == (32, 48)
+    assert Image.open(step / "demo_txt" / "0.0.png").size == (16, 16)
+    summary = json.loads((step / "unigenbench_summary.json").read_text())
+    assert summary["demo_unigenbench"]["image_size"] == [{"height": 48, "width": 32, "num_images": 6}]
+    assert summary["demo_txt"]["image_size"] == [{"height": 16, "width": 16, "num_images": 3}]
+    assert summary["demo_unigenbench"]["testpoint_micro_acc"] == 1.0

@@ -146,7 +146,7 @@ def test_eval_inside_two_process_training(tmp_path):
         summary = json.loads((step_dir / "unigenbench_summary.json").read_text())
         s = summary["demo_unigenbench"] if "demo_unigenbench" in summary else summary
         # the fake judge answers "all test points correct" for the 2 prompts: 2 prompts x 2 duplicates judged
-        assert s["num_judged"] == 4 and s["num_failed"] == 0 and s["overall_acc"] == 1.0
+        assert s["num_judged"] == 4 and s["num_failed"] == 0 and s["testpoint_micro_acc"] == 1.0
         assert (step_dir / "index.html").is_file()
         assert "0.0.png" in (step_dir / "index.html").read_text()
         pngs = sorted((step_dir / "demo_unigenbench").glob("*.png"))
@@ -155,7 +155,7 @@ def test_eval_inside_two_process_training(tmp_path):
     assert len(metrics) == 2  # training continued after each eval
     assert (out / "checkpoint-2" / "checkpoint_meta.json").is_file()
     log = (out / "logs" / "0.log").read_text()
-    assert "overall_acc" in log
+    assert "testpoint_micro_acc" in log
 
 
 @pytest.mark.parametrize("ema_decay", [0.99999, 0.0], ids=["ema", "no-ema"])
