@@ -107,12 +107,13 @@ def main(argv=None) -> int:
         share = lambda toks, lim: f"{100 * sum(t > lim for t in toks) / n:.1f}%"  # noqa: E731
         rows.append([name, n, float(max(words)), float(max(central)), float(max(upper)),
                      f"{share(central, OLD_LIMIT)} / {share(upper, OLD_LIMIT)}",
-                     f"{share(central, NEW_LIMIT)} / {share(upper, NEW_LIMIT)}", "train" if name in TRAIN_FILES else "eval"])
+                     f"{share(central, NEW_LIMIT)} / {share(upper, NEW_LIMIT)}",
+                     "train" if name in TRAIN_FILES else "eval"])
     print(f"prompt_rows: text rows of the recipe's prompts ({load_note()})")
     print_table("prompt lengths (tokens incl. the 13-token template; central = 1 per Qwen2 pre-token piece, "
                 f"upper = {UPPER_FACTOR} per piece)",
-                ["file", "prompts", "max words", "max tokens", "max upper", f"> {OLD_LIMIT} (old)", f"> {NEW_LIMIT} (new)",
-                 "use"], rows, ["", "", ".0f", ".0f", ".0f", "", "", ""])
+                ["file", "prompts", "max words", "max tokens", "max upper", f"> {OLD_LIMIT} (old)",
+                 f"> {NEW_LIMIT} (new)", "use"], rows, ["", "", ".0f", ".0f", ".0f", "", "", ""])
     if not train:
         print("no training prompt file found: run scripts/download_data.sh or pass --data-dir")
         return 1
@@ -155,8 +156,8 @@ def main(argv=None) -> int:
     cond = model.encode_prompts(prompts)
     unmasked = Conditioning(cond.prompt_embeds, cond.pooled_embeds)  # same rows, every one attended
     g = torch.Generator().manual_seed(0)
-    latents = torch.randn((args.timing_batch, *model.latent_shape(args.timing_image_size, args.timing_image_size)),
-                          generator=g)
+    shape = model.latent_shape(args.timing_image_size, args.timing_image_size)
+    latents = torch.randn((args.timing_batch, *shape), generator=g)
     sigma = torch.full((args.timing_batch,), 0.5)
 
     def step(c) -> float:
@@ -171,9 +172,10 @@ def main(argv=None) -> int:
         times["masked"].append(step(cond))
         times["unmasked"].append(step(unmasked))
     m, u = median(times["masked"]), median(times["unmasked"])
+    real = cond.text_mask.sum(1)
     print_table(f"CPU DiT forward+backward, preset {args.preset!r}, {args.timing_batch} images of "
                 f"{args.timing_image_size}², {cond.prompt_embeds.shape[1]} text rows "
-                f"({int(cond.text_mask.sum(1).min())}–{int(cond.text_mask.sum(1).max())} real), median of {args.iters}",
+                f"({int(real.min())}–{int(real.max())} real), median of {args.iters}",
                 ["attention", "seconds"], [["text-masked", m], ["unmasked", u]], ["", ".4f"])
     print_ratio(f"step_time masked/unmasked ({args.preset}, CPU)", m / u)
     print_rerun(__file__, threads=args.threads)

@@ -13,8 +13,9 @@ vae_dtype = None  # same as dtype
 num_queries = 128  # think tokens
 # Text tokens per prompt incl. the ~15-token template; longer prompts are truncated (counted and logged).
 # Prompts are padded to the longest prompt of each batch and the DiT masks pad rows, so this limit costs nothing for
-# short prompts. 1024 fits every prompt of the recipe's files with a 2x margin: the longest (corebench) has 334 words
-# = 433 Qwen2 pre-tokens, estimated <= 1.5 tokens per pre-token = 650 (bench/prompt_rows.py, docs/recipe.md).
+# short prompts. 1024 fits every prompt of the recipe's files with a margin: the longest (corebench) has 334 words
+# = 433 Qwen2 pre-token pieces, at most ~1.5 tokens each + 13 template tokens = 663 (bench/prompt_rows.py,
+# docs/recipe.md).
 max_prompt_tokens = 1024
 prompt_template = "<|im_start|>user\nGenerate an image: {prompt}<|im_end|>\n<|im_start|>assistant\n"
 connector = dict(hidden_size=2048, num_hidden_layers=6, num_attention_heads=32, intermediate_size=11946)

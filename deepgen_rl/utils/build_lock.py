@@ -142,7 +142,8 @@ def check_build_locks(roots: list[Path] | None = None, mode: str | None = None,
                 if holders is None:
                     why = "/proc is unavailable, so its holder cannot be checked"
                 elif _is_network(kind):
-                    why = f"no process on this machine holds it, but its {kind} filesystem may be shared with other nodes"
+                    why = (f"no process on this machine holds it, but its {kind} filesystem may be shared with "
+                           "other nodes")
                 else:
                     why = f"no live process holds it ({ENV}={mode} leaves it)"
                 action, msg = "left", (f"JIT build lock {lock} ({age:.0f} s old) will make DeepSpeed wait "

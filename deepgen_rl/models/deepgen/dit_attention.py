@@ -41,7 +41,8 @@ class TextMaskedJointAttnProcessor:
         def heads(t: torch.Tensor) -> torch.Tensor:  # (B, S, H·d) -> (B, H, S, d)
             return t.view(batch, t.shape[1], attn.heads, -1).transpose(1, 2)
 
-        query, key, value = heads(attn.to_q(hidden_states)), heads(attn.to_k(hidden_states)), heads(attn.to_v(hidden_states))
+        query = heads(attn.to_q(hidden_states))
+        key, value = heads(attn.to_k(hidden_states)), heads(attn.to_v(hidden_states))
         if attn.norm_q is not None:
             query = attn.norm_q(query)
         if attn.norm_k is not None:

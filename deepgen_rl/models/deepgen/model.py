@@ -146,7 +146,10 @@ class DeepGen(nn.Module):
 
     # ------------------------------------------------------------------ prompts -> conditioning
     def _tokenize(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Templated token ids right-padded to the batch's longest (≤ max_prompt_tokens): ((B, T) long, lengths (B,) long)."""
+        """Templated token ids right-padded to the batch's longest (≤ max_prompt_tokens).
+
+        Returns ((B, T) long ids, (B,) long lengths).
+        """
         limit = self.max_prompt_tokens
         suffix = self.prompt_template.split(_TEMPLATE_SUFFIX_MARKER, 1)[1]
         suffix_ids = self.tokenizer(suffix, add_special_tokens=False)["input_ids"]
