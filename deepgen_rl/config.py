@@ -1,6 +1,6 @@
 """Command-line arguments of ``python -m deepgen_rl.grpo_deepgen`` (parsed with ``HfArgumentParser``).
 
-Defaults are the DeepGen-RL seed recipe (docs/training.md). Every boolean can be switched both ways
+Defaults are the DeepGen-RL recipe (docs/recipe.md: every flag of the original, its default and ours). Every boolean can be switched both ways
 (``--flag true|false``; ``--no_flag`` for those defaulting to true). No environment variable changes the math.
 """
 
@@ -42,6 +42,8 @@ class GRPOConfig(TrainingArguments):
     output_dir: str = field(default="outputs/deepgen_rl", metadata={"help": "where checkpoints/logs/images go"})
     learning_rate: float = field(default=2e-6, metadata={"help": "AdamW learning rate for the DiT"})
     lr_scheduler_type: str = field(default="constant_with_warmup", metadata={"help": "HF LR schedule"})
+    warmup_steps: float = field(
+        default=20, metadata={"help": "LR warm-up optimizer steps (the recipe's 20; >= 1 is a count, < 1 a ratio)"})
     gradient_checkpointing: bool = field(default=True, metadata={"help": "activation checkpointing in the DiT"})
     logging_steps: float = field(default=1, metadata={"help": "log every N steps"})
     save_steps: float = field(default=50, metadata={"help": "write checkpoint-N/ every N steps"})
@@ -55,14 +57,14 @@ class GRPOConfig(TrainingArguments):
     image_height: int = field(default=512, metadata={"help": "generated image height"})
     image_width: int = field(default=512, metadata={"help": "generated image width"})
     cfg_scale: float = field(default=0.0, metadata={"help": "rollout CFG scale; <= 1 means conditional only"})
-    init_same_noise: bool = field(default=False, metadata={"help": "images of one prompt share the initial noise"})
+    init_same_noise: bool = field(default=True, metadata={"help": "images of one prompt share the initial noise"})
     trajectory_device: str = field(default="cpu", metadata={"help": "where rollout latents are kept: cpu or device"})
     # ---- policy update ----
     atrain_micro_batch_size: int = field(default=32, metadata={"help": "images per rank per training forward"})
     atrain_num_actor_update_steps: int = field(
         default=1, metadata={"help": "optimizer updates per rollout batch (each over all trained timesteps)"})
     atrain_sde_sampler: str = field(default="cps_sde", metadata={"help": f"one of {SAMPLERS}"})
-    sde_eta: float = field(default=0.7, metadata={"help": "noise level eta of the SDE sampler"})
+    sde_eta: float = field(default=1.0, metadata={"help": "noise level eta of the SDE sampler (recipe: 1.0)"})
     atrain_adv_type: str = field(default="gdpo", metadata={"help": f"one of {ADV_TYPES}"})
     atrain_kl_type: str = field(default="v-based", metadata={"help": f"one of {KL_TYPES}"})
     atrain_algorithm: str = field(default="flowgrpo", metadata={"help": f"one of {ALGORITHMS}"})
@@ -74,7 +76,8 @@ class GRPOConfig(TrainingArguments):
         default=0, metadata={"help": ">0: only a window of this many steps is stochastic and trained (Flow-GRPO-Fast)"})
     sde_window_range: str = field(
         default="", metadata={"help": "'lo,hi' range of window start steps (default 0..T-1-window)"})
-    diffusionnft_beta: float = field(default=1.0, metadata={"help": "DiffusionNFT mixing coefficient"})
+    diffusionnft_beta: float = field(
+        default=0.1, metadata={"help": "DiffusionNFT mixing coefficient beta (v+ = beta v_theta + (1-beta) v_old)"})
     negate_advantages: bool = field(
         default=False, metadata={"help": "sanity check only: train on -A (the reward must then fall)"})
     ema_decay: float = field(default=0.0, metadata={"help": "EMA decay of the DiT weights (0 = no EMA)"})
@@ -85,14 +88,14 @@ class GRPOConfig(TrainingArguments):
     # ---- SFT auxiliary ----
     sftaux_coef: float = field(default=1e-4, metadata={"help": "lambda: loss = (1-lambda) L_grpo + lambda L_sft"})
     sftaux_every_n_steps: int = field(default=1, metadata={"help": "add the SFT loss every N optimizer updates"})
-    sftaux_micro_batch_size: int = field(default=4, metadata={"help": "image-caption pairs per rank per SFT loss"})
+    sftaux_micro_batch_size: int = field(default=32, metadata={"help": "image-caption pairs per rank per SFT loss"})
     # ---- evaluation / logging ----
     eval_freq: int = field(default=10, metadata={"help": "evaluate every N steps (0 = never)"})
     eval_inference_mode: str = field(default="ode", metadata={"help": "ode or sde sampling for evaluation"})
     eval_max_prompts: int = field(default=0, metadata={"help": ">0: evaluate only the first N prompts per dataset"})
     eval_judge: bool = field(default=True, metadata={"help": "score eval images with the UniGenBench judge"})
     eval_at_start: bool = field(default=False, metadata={"help": "also evaluate before the first step"})
-    log_images_every: int = field(default=10, metadata={"help": "log a sample grid every N steps (0 = never)"})
+    log_images_every: int = field(default=1, metadata={"help": "log a sample grid every N steps (0 = never)"})
     save_rollout_records: bool = field(
         default=False, metadata={"help": "write OUTPUT_DIR/rollouts/step_N/rank_R.jsonl (rewards, groups, advantages)"})
     auto_resume: bool = field(

@@ -56,7 +56,7 @@ python -m deepgen_rl.grpo_deepgen \
   --max_steps "$STEPS" --save_steps "$STEPS" --save_total_limit 1 \
   --rollout_n 8 --rollout_micro_batch_size 16 --atrain_micro_batch_size 16 \
   --num_inference_steps 8 --image_height 64 --image_width 64 \
-  --learning_rate 3e-3 --clip_range 0.2 --beta 0 \
+  --learning_rate 3e-3 --warmup_steps 0 --sde_eta 0.7 --clip_range 0.2 --beta 0 \
   --sftaux_coef 1e-4 --sftaux_micro_batch_size 4 \
   --eval_freq "$STEPS" --eval_judge false --log_images_every 10 \
   --report_to none --disable_tqdm true --seed 0 2>&1 | tee "$OUT/logs/train.log" | grep --line-buffered -E "reward/total|saved|WARNING|Error" \

@@ -12,9 +12,11 @@ dtype = "bfloat16"
 vae_dtype = None  # same as dtype
 num_queries = 128  # think tokens
 # Text tokens per prompt incl. the ~15-token template; longer prompts are truncated (counted and logged).
-# 256 covers T2I benchmark prompts (GenEval/OCR < 100 tokens, long UniGenBench prompts ~100-200) while keeping the
-# DiT's text sequence (256 + 128 think tokens = 384) well below the 1024 image tokens of a 512x512 image.
-max_prompt_tokens = 256
+# Prompts are padded to the longest prompt of each batch and the DiT masks pad rows, so this limit costs nothing for
+# short prompts. 1024 fits every prompt of the recipe's files with a margin: the longest (corebench) has 334 words
+# = 433 Qwen2 pre-token pieces, at most ~1.5 tokens each + 13 template tokens = 663 (bench/prompt_rows.py,
+# docs/recipe.md).
+max_prompt_tokens = 1024
 prompt_template = "<|im_start|>user\nGenerate an image: {prompt}<|im_end|>\n<|im_start|>assistant\n"
 connector = dict(hidden_size=2048, num_hidden_layers=6, num_attention_heads=32, intermediate_size=11946)
 lora_rank = 64

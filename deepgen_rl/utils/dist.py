@@ -8,6 +8,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from deepgen_rl.utils.build_lock import check_build_locks
+
 
 def is_dist() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -26,8 +28,16 @@ def local_rank() -> int:
 
 
 def init_process_group_if_needed(timeout_s: int = 1800) -> None:
-    """Initialise the default group from torchrun's env (nccl with CUDA, gloo on CPU)."""
-    if is_dist() or int(os.environ.get("WORLD_SIZE", 1)) <= 1:
+    """Initialise the default group from torchrun's env (nccl with CUDA, gloo on CPU).
+
+    First, local rank 0 clears stale torch JIT-build locks (``utils.build_lock``) that would make DeepSpeed's op
+    build wait forever; the other ranks cannot get past the rendezvous before it is done.
+    """
+    if is_dist():
+        return
+    if local_rank() == 0:
+        check_build_locks()
+    if int(os.environ.get("WORLD_SIZE", 1)) <= 1:
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":

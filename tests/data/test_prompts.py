@@ -12,11 +12,12 @@ import torch
 from scipy.stats import chisquare
 
 from deepgen_rl.data.prompts import DistributedPromptSampler, load_train_config, read_prompt_file
+from tests.shared_data import SHARED_DATA as SHARED, needs_shared_data
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "data"
 
 
+@needs_shared_data
 def test_real_public_prompt_files():
     ocr = read_prompt_file(SHARED / "unigenbench_train_data_ocr.txt")
     general = read_prompt_file(SHARED / "unigenbench_train_data_general.txt")
@@ -32,7 +33,7 @@ def test_real_public_prompt_files():
 def test_seed_yaml_names_every_missing_file(tmp_path):
     (tmp_path / "deepgen_train.yaml").write_text((ROOT / "assets/rl_datasets/deepgen/deepgen_train.yaml").read_text())
     for name in ("unigenbench_train_data_ocr.txt", "unigenbench_train_data_general.txt", "corebench.txt"):
-        (tmp_path / name).symlink_to(SHARED / name)
+        (tmp_path / name).write_text("a prompt\n")
     with pytest.raises(FileNotFoundError) as e:
         load_train_config(tmp_path / "deepgen_train.yaml")
     msg = str(e.value)

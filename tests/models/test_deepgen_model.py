@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from diffusers.models.attention_processor import JointAttnProcessor2_0
 
 from tests.models.paths import TINY_CONFIG
 from deepgen_rl.models import Conditioning, build_model, fused_layer_indices
@@ -31,15 +32,20 @@ def test_tiny_model_size_and_shapes(tiny_model):
     assert m.latent_shape(64, 96) == (16, 8, 12)
     assert m.scheduler_shift == 3.0
     cond = m.encode_prompts(["a red cat", LONG])
-    seq_len = m.max_prompt_tokens + m.num_queries
+    lengths = m._tokenize(["a red cat", LONG])[1]
+    seq_len = int(lengths.max()) + m.num_queries  # padded to the batch's longest prompt, not max_prompt_tokens
+    assert int(lengths.max()) < m.max_prompt_tokens
     assert cond.prompt_embeds.shape == (2, seq_len, m.transformer.config.joint_attention_dim)
+    assert cond.text_mask.tolist() == [[True] * (n + m.num_queries) + [False] * (seq_len - n - m.num_queries)
+                                       for n in lengths.tolist()]
     assert cond.pooled_embeds.shape == (2, m.transformer.config.pooled_projection_dim)
 
 
 def test_conditioning_is_batch_invariant(tiny_model):
     alone = tiny_model.encode_prompts(["a"])
     for batch, pos in ((["a", LONG], 0), ([LONG, "a"], 1), ([LONG, "b", "a", LONG + " again"], 2)):
-        mixed = tiny_model.encode_prompts(batch)[pos]
+        mixed = tiny_model.encode_prompts(batch)[pos].trimmed()  # its own n + Q rows, no mask left
+        assert mixed.text_mask is None and alone.text_mask.all()
         torch.testing.assert_close(mixed.prompt_embeds, alone.prompt_embeds, atol=1e-5, rtol=0)
         torch.testing.assert_close(mixed.pooled_embeds, alone.pooled_embeds, atol=1e-5, rtol=0)
 
@@ -50,8 +56,10 @@ def test_pad_positions_are_zero_and_think_tokens_follow_prompt(tiny_model):
     cond = m.encode_prompts(["a", LONG])
     for row, n in enumerate(lengths.tolist()):
         valid = n + m.num_queries
-        assert cond.prompt_embeds[row, valid:].abs().max() == 0
+        assert torch.equal(cond.prompt_embeds[row, valid:], torch.zeros_like(cond.prompt_embeds[row, valid:]))
         assert cond.prompt_embeds[row, :valid].abs().amin(dim=-1).gt(0).all()
+        assert cond.text_mask[row].tolist() == [True] * valid + [False] * (cond.text_mask.shape[1] - valid)
+    assert not cond.text_mask[0].all() and cond.text_mask[1].all()  # "a" is padded, LONG is the longest
 
 
 def test_think_tokens_follow_the_prompt_with_continuing_text_positions(tiny_model):
@@ -69,7 +77,8 @@ def test_think_tokens_follow_the_prompt_with_continuing_text_positions(tiny_mode
         assert torch.equal(seen["inputs_embeds"][row, n:n + q], m.meta_queries)
         pos = seen["position_ids"][:, row, : n + q]
         assert torch.equal(pos, torch.arange(n + q).expand(3, -1))  # same position on all 3 mRoPE axes
-        assert seen["attention_mask"][row].tolist() == [1] * (n + q) + [0] * (m.max_prompt_tokens - n)
+        longest = int(lengths.max())
+        assert seen["attention_mask"][row].tolist() == [1] * (n + q) + [0] * (longest - n)
 
 
 def test_padding_does_not_change_the_valid_tokens(tiny_model):
@@ -93,7 +102,7 @@ def test_long_prompts_are_truncated_keeping_the_template_tail(tiny_model):
     m.num_truncated_prompts = 0
     very_long = " ".join(["a red apple on a wooden table"] * 30)
     ids, lengths = m._tokenize(["a cat", very_long])
-    assert lengths[1] == m.max_prompt_tokens and m.num_truncated_prompts == 1
+    assert lengths[1] == m.max_prompt_tokens and m.num_truncated_prompts == 1 and ids.shape[1] == m.max_prompt_tokens
     tail = m.tokenizer("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
     assert ids[1, -len(tail):].tolist() == tail
     assert ids[0, lengths[0] - len(tail):lengths[0]].tolist() == tail
@@ -122,10 +131,18 @@ def test_fresh_zero_projectors_make_conditioning_prompt_independent():
                            model.projector_3.bias.expand(valid, -1))
         assert torch.equal(cond.prompt_embeds[row, valid:], torch.zeros_like(cond.prompt_embeds[row, valid:]))
         assert torch.equal(cond.pooled_embeds[row], model.projector_2.bias)
+    # The DiT sees only the n + Q real rows (all equal to the bias), so the velocity follows the prompt's length
+    # alone: it equals the plain DiT fed n + Q copies of the bias.
     latents = torch.randn(1, *model.latent_shape(64, 64)).expand(2, -1, -1, -1)
     with torch.no_grad():
         v = model.predict_velocity(latents, torch.full((2,), 0.5), cond)
-    torch.testing.assert_close(v[0], v[1], atol=1e-6, rtol=0)
+        for row, n in enumerate(lengths.tolist()):
+            plain = copy.deepcopy(model.transformer)
+            plain.set_attn_processor(JointAttnProcessor2_0())  # diffusers' own attention processor, no mask
+            ref = plain(hidden_states=latents[:1], encoder_hidden_states=model.projector_3.bias.expand(1, n + model.num_queries, -1),
+                        pooled_projections=model.projector_2.bias[None], timestep=torch.full((1,), 500.0),
+                        return_dict=False)[0]
+            torch.testing.assert_close(v[row:row + 1], ref, atol=1e-5, rtol=0)
 
 
 def test_predict_velocity_timestep_dtype_and_override(tiny_model):

@@ -19,6 +19,8 @@ TINY_ARGS = {
     "rollout_n": 4, "rollout_micro_batch_size": 8, "atrain_micro_batch_size": 8, "num_inference_steps": 4,
     "image_height": 32, "image_width": 32, "save_steps": 1000, "log_images_every": 0, "report_to": "none",
     "sftaux_coef": 0.0, "disable_tqdm": True, "learning_rate": 1e-3, "beta": 0.0, "seed": 1,
+    # pre-recipe defaults these tests were written against (the recipe's are 20, 1.0, true, 32, 0.1)
+    "warmup_steps": 0, "sde_eta": 0.7, "init_same_noise": False, "sftaux_micro_batch_size": 4, "diffusionnft_beta": 1.0,
 }
 
 

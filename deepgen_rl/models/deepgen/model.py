@@ -15,6 +15,7 @@ from torch import nn
 
 from .conditioning import Conditioning
 from .connector import Connector, ConnectorConfig
+from .dit_attention import use_text_masked_attention
 
 logger = logging.getLogger(__name__)
 
@@ -40,21 +41,24 @@ def fused_layer_indices(num_layers: int, stride: int = FUSION_STRIDE) -> list[in
 class DeepGen(nn.Module):
     """Text-to-image DeepGen model with batch-invariant prompt conditioning.
 
-    Conditioning pipeline for B prompts (T = max_prompt_tokens, Q = num_queries, H = VLM width, K = fused layers):
-      1. tokens = template(prompt), right-padded to T (longer prompts lose the end of the user text; the template
-         tail ``<|im_end|>\\n<|im_start|>assistant\\n`` is kept; counted in ``num_truncated_prompts``).
+    Conditioning pipeline for B prompts (n_b = templated length of prompt b, T = max_b n_b ≤ max_prompt_tokens,
+    Q = num_queries, H = VLM width, K = fused layers):
+      1. tokens = template(prompt), right-padded to T, the longest prompt of the batch (a prompt longer than
+         ``max_prompt_tokens`` loses the end of the user text, keeps the template tail
+         ``<|im_end|>\\n<|im_start|>assistant\\n``, is counted in ``num_truncated_prompts`` and logged).
       2. VLM input = [prompt (n tokens)] [Q think tokens = meta_queries] [T - n pads]; positions 0 … n+Q-1 then
          continuing (text-only mRoPE: same position on all 3 axes); attention mask hides the pads.
       3. fused = concat of hidden_states[fused_layer_indices(L)] on channels (B, T+Q, K·H);
          x = connector(projector_1(fused), key_mask=valid).
-      4. prompt_embeds = projector_3(x) with pad positions set to 0 (B, T+Q, joint_dim);
+      4. prompt_embeds = projector_3(x) with pad positions set to 0 (B, T+Q, joint_dim), text_mask = valid (B, T+Q);
          pooled_embeds = projector_2(mean of x over the n+Q valid tokens) (B, pooled_dim).
+      5. ``predict_velocity`` drops all-pad columns and masks the remaining pad rows as keys in the DiT's joint
+         attention (``dit_attention.TextMaskedJointAttnProcessor``).
 
     Why: the reference left-pads to the longest prompt of the batch and passes pads unmasked through the connector
-    and the DiT, so a prompt's conditioning changes with its batch-mates. Here the only thing that depends on padding
-    is the prompt's own length, so conditioning is a function of the prompt alone. Cost: the DiT always sees
-    T+Q text tokens (e.g. 256+128 = 384 with the real config, vs 1024 image tokens at 512²) even for short prompts,
-    and the zero pad tokens (identical for every prompt) differ from the pad hidden states the SFT model saw.
+    and the DiT, so a prompt's conditioning changes with its batch-mates. Here every step masks the pads, so each
+    prompt's velocity equals that of the DiT fed exactly its n + Q rows alone — what the SFT model was trained on —
+    and the DiT's cost follows the batch's longest prompt, not a fixed ``max_prompt_tokens``.
     """
 
     def __init__(
@@ -66,7 +70,7 @@ class DeepGen(nn.Module):
         scheduler,
         connector_config: ConnectorConfig,
         num_queries: int = 128,
-        max_prompt_tokens: int = 256,
+        max_prompt_tokens: int = 1024,
         prompt_template: str = PROMPT_TEMPLATE,
     ):
         super().__init__()
@@ -142,7 +146,10 @@ class DeepGen(nn.Module):
 
     # ------------------------------------------------------------------ prompts -> conditioning
     def _tokenize(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Templated token ids right-padded to max_prompt_tokens: ((B, T) long, lengths (B,) long)."""
+        """Templated token ids right-padded to the batch's longest (≤ max_prompt_tokens).
+
+        Returns ((B, T) long ids, (B,) long lengths).
+        """
         limit = self.max_prompt_tokens
         suffix = self.prompt_template.split(_TEMPLATE_SUFFIX_MARKER, 1)[1]
         suffix_ids = self.tokenizer(suffix, add_special_tokens=False)["input_ids"]
@@ -151,7 +158,8 @@ class DeepGen(nn.Module):
         pad_id = self.tokenizer.pad_token_id
         if pad_id is None:
             pad_id = self.tokenizer.eos_token_id or 0
-        ids = torch.full((len(rows), limit), pad_id, dtype=torch.long)
+        width = min(limit, max(len(row) for row in rows))
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         lengths = torch.empty(len(rows), dtype=torch.long)
         truncated = 0
         for i, row in enumerate(rows):
@@ -175,7 +183,8 @@ class DeepGen(nn.Module):
     def encode_prompts(self, prompts: Sequence[str]) -> Conditioning:
         """Conditioning for ``prompts`` (see the class docstring), in the model's dtype, on its device.
 
-        prompt_embeds (B, max_prompt_tokens + num_queries, joint_dim), pooled_embeds (B, pooled_dim).
+        prompt_embeds (B, T + num_queries, joint_dim) with T the batch's longest templated prompt,
+        text_mask (B, T + num_queries) bool, pooled_embeds (B, pooled_dim).
         """
         prompts = list(prompts)
         if not prompts:
@@ -206,7 +215,7 @@ class DeepGen(nn.Module):
         mean = (x.float() * mask).sum(1) / mask.sum(1)
         pooled = self.projector_2(mean.to(x.dtype))
         seq = self.projector_3(x) * mask.to(x.dtype)
-        return Conditioning(prompt_embeds=seq, pooled_embeds=pooled)
+        return Conditioning(prompt_embeds=seq, pooled_embeds=pooled, text_mask=valid)
 
     # ------------------------------------------------------------------ DiT
     def predict_velocity(self, latents: torch.Tensor, sigma: torch.Tensor, cond: Conditioning,
@@ -215,6 +224,8 @@ class DeepGen(nn.Module):
 
         The DiT gets timestep σ·1000 (fp32) and runs in its own dtype; the result is cast to ``latents.dtype``.
         ``transformer`` overrides ``self.transformer`` (an EMA copy, a DeepSpeed engine's module, a frozen reference).
+        Pad text rows of ``cond`` never reach the image stream: all-pad columns are dropped and, if the rows still
+        differ in length, the DiT's joint attention masks the pad rows as keys (``use_text_masked_attention``).
         """
         dit = self.transformer if transformer is None else transformer
         dit_dtype = _module_dtype(dit)
@@ -222,12 +233,18 @@ class DeepGen(nn.Module):
         sigma = torch.as_tensor(sigma, device=latents.device, dtype=torch.float32).reshape(-1).expand(b)
         if len(cond) != b:
             raise ValueError(f"conditioning has {len(cond)} rows, latents {b}")
+        cond = cond.trimmed()
+        extra = {}
+        if cond.text_mask is not None:
+            use_text_masked_attention(dit)
+            extra["joint_attention_kwargs"] = {"text_key_mask": cond.text_mask.to(latents.device)}
         out = dit(
             hidden_states=latents.to(dit_dtype),
             encoder_hidden_states=cond.prompt_embeds.to(device=latents.device, dtype=dit_dtype),
             pooled_projections=cond.pooled_embeds.to(device=latents.device, dtype=dit_dtype),
             timestep=sigma * 1000.0,
             return_dict=False,
+            **extra,
         )[0]
         return out.to(latents.dtype)
 
