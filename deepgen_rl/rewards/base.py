@@ -122,9 +122,21 @@ def register_reward(name: str) -> Callable[[Callable[..., Reward]], Callable[...
 
 
 def get_reward(name: str, **kwargs: Any) -> Reward:
-    """Build the reward registered as ``name`` with ``kwargs`` passed to its constructor."""
+    """Build the reward registered as ``name`` with ``kwargs`` passed to its constructor.
+
+    ``remote_url`` in ``kwargs`` builds the ``remote`` client instead, scoring ``name`` on the reward server at that
+    url (the other kwargs go to the client: batch_size, timeout_s, max_retries, token, ...). So
+    ``--reward_kwargs '{"pickscore": {"remote_url": "http://host:18090"}}'`` moves a reward to a server by
+    configuration; its column keeps the name ``pickscore``.
+    """
     if name not in _REGISTRY:
         raise KeyError(f"unknown reward {name!r}; available: {', '.join(available_rewards())}")
+    if "remote_url" in kwargs and name != "remote":
+        kwargs = dict(kwargs)
+        url = kwargs.pop("remote_url")
+        reward = _REGISTRY["remote"](url=url, name=kwargs.pop("remote_name", name), **kwargs)
+        reward.name = name
+        return reward
     reward = _REGISTRY[name](**kwargs)
     reward.name = name
     return reward
