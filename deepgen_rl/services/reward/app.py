@@ -39,7 +39,7 @@ class RewardScorer:
 
     ``select`` picks the images worth decoding and scoring (all, by default). ``score_batch`` calls the reward once:
     a valid sample becomes its score; an invalid one becomes null with ``info["image_errors"][i]`` as its error
-    (rewards that fill it) or ``"<name>: not scored (valid=False)"``. ``extra_fields`` maps a per-image list in the
+    (null for "nothing to score") when the reward fills that list, else with ``"<name>: not scored (valid=False)"``. ``extra_fields`` maps a per-image list in the
     reward's info (e.g. OCR's ``texts``) to a response field with its default for unscored images.
     """
 
@@ -53,7 +53,11 @@ class RewardScorer:
 
     def score_batch(self, images, prompts, metadata) -> list[ImageResult]:
         out = self.reward(images, prompts, metadata)
-        errors = out.info.get("image_errors") or [None] * len(images)
+        # A reward that reports per-image errors marks "nothing to score" with valid=False and no error; for one that
+        # does not, every invalid image is a failure.
+        errors = out.info.get("image_errors")
+        fallback = None if errors is not None else f"{self.name}: not scored (valid=False)"
+        errors = errors if errors is not None else [None] * len(images)
         results = []
         for i in range(len(images)):
             extras = {key: (out.info.get(key) or [default] * len(images))[i] for key, default in
@@ -61,7 +65,7 @@ class RewardScorer:
             if bool(out.valid[i]):
                 results.append(ImageResult(float(out.scores[i]), None, extras))
             else:
-                results.append(ImageResult(None, errors[i] or f"{self.name}: not scored (valid=False)", extras))
+                results.append(ImageResult(None, errors[i] or fallback, extras))
         return results
 
 
