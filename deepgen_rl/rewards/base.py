@@ -121,7 +121,7 @@ def register_reward(name: str) -> Callable[[Callable[..., Reward]], Callable[...
     return decorator
 
 
-def get_reward(name: str, **kwargs: Any) -> Reward:
+def get_reward(name: str, /, **kwargs: Any) -> Reward:
     """Build the reward registered as ``name`` with ``kwargs`` passed to its constructor.
 
     ``remote_url`` in ``kwargs`` builds the ``remote`` client instead, scoring ``name`` on the reward server at that

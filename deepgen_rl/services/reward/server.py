@@ -12,6 +12,7 @@ CUDA is available (``--micro_batch auto``).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 
@@ -28,18 +29,28 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _accepts_device(name: str) -> bool:
+    from deepgen_rl.rewards.base import _REGISTRY
+
+    try:
+        return "device" in inspect.signature(_REGISTRY[name]).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def build_scorers(rewards: list[str], reward_kwargs: dict, devices: list[str], threads: int) -> dict:
-    """{name: replicas}: one replica per device (``device=`` passed to the reward), else one shared by ``threads``."""
+    """{name: replicas}: one replica per device (``device=`` passed to the reward) for rewards that take a device,
+    else one replica shared by ``len(devices)`` (or ``threads``) scoring threads."""
     from deepgen_rl.rewards import get_reward
 
     scorers = {}
     for name in rewards:
         kwargs = dict(reward_kwargs.get(name, {}))
-        if devices:
+        if devices and _accepts_device(name):
             scorers[name] = [RewardScorer(get_reward(name, **kwargs, device=device)) for device in devices]
         else:
             scorer = RewardScorer(get_reward(name, **kwargs))
-            scorers[name] = [scorer] * max(1, threads)
+            scorers[name] = [scorer] * max(1, len(devices) or threads)
     return scorers
 
 
