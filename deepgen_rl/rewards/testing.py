@@ -95,3 +95,20 @@ def tiny_dir(name: str) -> str:
     path = os.path.join(root, name)
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def build_tiny_bert_tokenizer(out_dir) -> str:
+    """A word-level tokenizer with BERT's special tokens ([PAD]=0, [CLS] first, [SEP] last) saved to ``out_dir``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {tok: i for i, tok in enumerate(specials + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
+                                        unk_token="[UNK]", mask_token="[MASK]", model_max_length=512)
+    tokenizer.save_pretrained(out_dir)
+    return str(out_dir)
