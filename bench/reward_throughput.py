@@ -28,12 +28,15 @@ from _common import load_note, print_ratio, print_rerun, print_table, setup_env 
 
 def build_models(root: str) -> dict[str, dict]:
     """Tiny models on disk and each reward's kwargs."""
-    from deepgen_rl.rewards.testing import build_aesthetic_head, build_tiny_clip, build_tiny_owlv2
+    from deepgen_rl.rewards.testing import (build_aesthetic_head, build_tiny_clip, build_tiny_hpsv2,
+                                            build_tiny_imagereward, build_tiny_owlv2)
 
     clip = build_tiny_clip(os.path.join(root, "clip"))
     return {
         "pickscore": {"model_name_or_path": clip},
         "aesthetic": {"model_name_or_path": clip, "head_path": build_aesthetic_head(os.path.join(root, "head.pth"))},
+        "hpsv2": build_tiny_hpsv2(root),
+        "imagereward": build_tiny_imagereward(root),
         "geneval": {"detector_path": build_tiny_owlv2(os.path.join(root, "owlv2")), "threshold": 0.0,
                     "partial": True},
     }
@@ -57,7 +60,7 @@ def parse_args(argv=None):
     parser.add_argument("--concurrency", default="1,8", help="comma-separated request concurrencies")
     parser.add_argument("--threads", type=int, default=2, help="REWARD_THREADS of the server")
     parser.add_argument("--micro-batch", choices=("auto", "on", "off"), default="off")
-    parser.add_argument("--rewards", default="pickscore,aesthetic,geneval")
+    parser.add_argument("--rewards", default="pickscore,aesthetic,hpsv2,imagereward,geneval")
     parser.add_argument("--smoke", action="store_true", help="8 images of 64 px")
     args = parser.parse_args(argv)
     if args.smoke:

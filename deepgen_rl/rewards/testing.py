@@ -112,3 +112,92 @@ def build_tiny_bert_tokenizer(out_dir) -> str:
                                         unk_token="[UNK]", mask_token="[MASK]", model_max_length=512)
     tokenizer.save_pretrained(out_dir)
     return str(out_dir)
+
+
+def random_open_clip_state(vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A random open_clip CLIP state dict (OpenAI-style keys) with text width 32, vision width 48, 2 layers each,
+    patch 8 on 32 px images, context 77, embedding 16 (heads are not in the shapes: use 2 text, 3 vision)."""
+    TEXT_W, VIS_W, EMBED, PATCH, GRID, LAYERS, CTX = 32, 48, 16, 8, 4, 2, 77
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=0.2):
+        return torch.randn(*shape, generator=g) * scale
+
+    state = {"token_embedding.weight": r(vocab, TEXT_W), "positional_embedding": r(CTX, TEXT_W),
+             "ln_final.weight": 1 + r(TEXT_W), "ln_final.bias": r(TEXT_W), "text_projection": r(TEXT_W, EMBED),
+             "logit_scale": torch.tensor(4.6), "visual.class_embedding": r(VIS_W),
+             "visual.positional_embedding": r(GRID * GRID + 1, VIS_W), "visual.conv1.weight": r(VIS_W, 3, PATCH, PATCH),
+             "visual.ln_pre.weight": 1 + r(VIS_W), "visual.ln_pre.bias": r(VIS_W), "visual.ln_post.weight": 1 + r(VIS_W),
+             "visual.ln_post.bias": r(VIS_W), "visual.proj": r(VIS_W, EMBED), "attn_mask": torch.zeros(CTX, CTX)}
+    for prefix, width in (("transformer", TEXT_W), ("visual.transformer", VIS_W)):
+        for b in range(LAYERS):
+            p = f"{prefix}.resblocks.{b}."
+            state.update({p + "ln_1.weight": 1 + r(width), p + "ln_1.bias": r(width),
+                          p + "attn.in_proj_weight": r(3 * width, width), p + "attn.in_proj_bias": r(3 * width),
+                          p + "attn.out_proj.weight": r(width, width), p + "attn.out_proj.bias": r(width),
+                          p + "ln_2.weight": 1 + r(width), p + "ln_2.bias": r(width),
+                          p + "mlp.c_fc.weight": r(4 * width, width), p + "mlp.c_fc.bias": r(4 * width),
+                          p + "mlp.c_proj.weight": r(width, 4 * width), p + "mlp.c_proj.bias": r(width)})
+    return state
+
+
+def random_imagereward_state(vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A random state dict in the published ImageReward.pt layout (original BLIP names): ViT width 32, 2 blocks,
+    patch 8 on 32 px; BERT width 24, 2 layers, 40 positions, cross-attention to width 32 (heads: 2 vision, 3 text)."""
+    V_W, V_LAYERS, PATCH, IMG, T_W, T_LAYERS, MAXPOS = 32, 2, 8, 32, 24, 2, 40
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=0.2):
+        return torch.randn(*shape, generator=g) * scale
+
+    grid = IMG // PATCH
+    s = {"blip.visual_encoder.cls_token": r(1, 1, V_W), "blip.visual_encoder.pos_embed": r(1, grid * grid + 1, V_W),
+         "blip.visual_encoder.patch_embed.proj.weight": r(V_W, 3, PATCH, PATCH),
+         "blip.visual_encoder.patch_embed.proj.bias": r(V_W),
+         "blip.visual_encoder.norm.weight": 1 + r(V_W), "blip.visual_encoder.norm.bias": r(V_W),
+         "blip.vision_proj.weight": r(8, V_W), "blip.text_proj.weight": r(8, T_W)}  # unused ITC heads
+    for b in range(V_LAYERS):
+        p = f"blip.visual_encoder.blocks.{b}."
+        s.update({p + "norm1.weight": 1 + r(V_W), p + "norm1.bias": r(V_W), p + "attn.qkv.weight": r(3 * V_W, V_W),
+                  p + "attn.qkv.bias": r(3 * V_W), p + "attn.proj.weight": r(V_W, V_W), p + "attn.proj.bias": r(V_W),
+                  p + "norm2.weight": 1 + r(V_W), p + "norm2.bias": r(V_W), p + "mlp.fc1.weight": r(4 * V_W, V_W),
+                  p + "mlp.fc1.bias": r(4 * V_W), p + "mlp.fc2.weight": r(V_W, 4 * V_W), p + "mlp.fc2.bias": r(V_W)})
+    t = "blip.text_encoder."
+    s.update({t + "embeddings.word_embeddings.weight": r(vocab, T_W),
+              t + "embeddings.position_embeddings.weight": r(MAXPOS, T_W),
+              t + "embeddings.LayerNorm.weight": 1 + r(T_W), t + "embeddings.LayerNorm.bias": r(T_W),
+              t + "embeddings.position_ids": torch.arange(MAXPOS)[None]})
+    for b in range(T_LAYERS):
+        p = f"{t}encoder.layer.{b}."
+        for att, kv_width in (("attention", T_W), ("crossattention", V_W)):
+            s.update({p + f"{att}.self.query.weight": r(T_W, T_W), p + f"{att}.self.query.bias": r(T_W),
+                      p + f"{att}.self.key.weight": r(T_W, kv_width), p + f"{att}.self.key.bias": r(T_W),
+                      p + f"{att}.self.value.weight": r(T_W, kv_width), p + f"{att}.self.value.bias": r(T_W),
+                      p + f"{att}.output.dense.weight": r(T_W, T_W), p + f"{att}.output.dense.bias": r(T_W),
+                      p + f"{att}.output.LayerNorm.weight": 1 + r(T_W), p + f"{att}.output.LayerNorm.bias": r(T_W)})
+        s.update({p + "intermediate.dense.weight": r(4 * T_W, T_W), p + "intermediate.dense.bias": r(4 * T_W),
+                  p + "output.dense.weight": r(T_W, 4 * T_W), p + "output.dense.bias": r(T_W),
+                  p + "output.LayerNorm.weight": 1 + r(T_W), p + "output.LayerNorm.bias": r(T_W)})
+    for k, (i, o) in zip((0, 2, 4, 6, 7), ((T_W, 1024), (1024, 128), (128, 64), (64, 16), (16, 1))):
+        s[f"mlp.layers.{k}.weight"], s[f"mlp.layers.{k}.bias"] = r(o, i, scale=0.1), r(o, scale=0.1)
+    return s
+
+
+def build_tiny_hpsv2(root) -> dict:
+    """HPS v2.1 kwargs: a random open_clip checkpoint in the published format + a tiny CLIP processor."""
+    processor = build_tiny_clip(os.path.join(str(root), "hps_processor"))
+    from transformers import AutoTokenizer
+
+    path = os.path.join(str(root), "HPS_v2.1_tiny.pt")
+    torch.save({"state_dict": random_open_clip_state(len(AutoTokenizer.from_pretrained(processor)))}, path)
+    return {"model_path": path, "processor_name_or_path": processor, "text_heads": 2, "vision_heads": 3}
+
+
+def build_tiny_imagereward(root) -> dict:
+    """ImageReward kwargs: a random ImageReward.pt + a tiny BERT-style tokenizer."""
+    tokenizer = build_tiny_bert_tokenizer(os.path.join(str(root), "ir_tokenizer"))
+    from transformers import AutoTokenizer
+
+    path = os.path.join(str(root), "ImageReward_tiny.pt")
+    torch.save(random_imagereward_state(len(AutoTokenizer.from_pretrained(tokenizer))), path)
+    return {"model_path": path, "tokenizer_path": tokenizer, "vision_heads": 2, "text_heads": 3}

@@ -8,34 +8,10 @@ from PIL import Image
 
 from deepgen_rl.rewards import get_reward
 from deepgen_rl.rewards.open_clip_convert import convert_state_dict, main as convert_main
-from deepgen_rl.rewards.testing import build_tiny_clip
+from deepgen_rl.rewards.testing import build_tiny_clip, random_open_clip_state
 
-TEXT_W, VIS_W, EMBED, PATCH, GRID, LAYERS, CTX = 32, 48, 16, 8, 4, 2, 77
+TEXT_W, VIS_W, PATCH, LAYERS, CTX = 32, 48, 8, 2, 77  # the shapes random_open_clip_state builds
 TEXT_HEADS, VIS_HEADS = 2, 3
-
-
-def random_open_clip_state(vocab: int, seed: int = 0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape, scale=0.2):
-        return torch.randn(*shape, generator=g) * scale
-
-    state = {"token_embedding.weight": r(vocab, TEXT_W), "positional_embedding": r(CTX, TEXT_W),
-             "ln_final.weight": 1 + r(TEXT_W), "ln_final.bias": r(TEXT_W), "text_projection": r(TEXT_W, EMBED),
-             "logit_scale": torch.tensor(4.6), "visual.class_embedding": r(VIS_W),
-             "visual.positional_embedding": r(GRID * GRID + 1, VIS_W), "visual.conv1.weight": r(VIS_W, 3, PATCH, PATCH),
-             "visual.ln_pre.weight": 1 + r(VIS_W), "visual.ln_pre.bias": r(VIS_W), "visual.ln_post.weight": 1 + r(VIS_W),
-             "visual.ln_post.bias": r(VIS_W), "visual.proj": r(VIS_W, EMBED), "attn_mask": torch.zeros(CTX, CTX)}
-    for prefix, width in (("transformer", TEXT_W), ("visual.transformer", VIS_W)):
-        for b in range(LAYERS):
-            p = f"{prefix}.resblocks.{b}."
-            state.update({p + "ln_1.weight": 1 + r(width), p + "ln_1.bias": r(width),
-                          p + "attn.in_proj_weight": r(3 * width, width), p + "attn.in_proj_bias": r(3 * width),
-                          p + "attn.out_proj.weight": r(width, width), p + "attn.out_proj.bias": r(width),
-                          p + "ln_2.weight": 1 + r(width), p + "ln_2.bias": r(width),
-                          p + "mlp.c_fc.weight": r(4 * width, width), p + "mlp.c_fc.bias": r(4 * width),
-                          p + "mlp.c_proj.weight": r(width, 4 * width), p + "mlp.c_proj.bias": r(width)})
-    return state
 
 
 def reference_tower(state, prefix, x, heads, causal):

@@ -10,49 +10,10 @@ from PIL import Image
 
 from deepgen_rl.rewards import get_reward
 from deepgen_rl.rewards.imagereward import REWARD_MEAN, REWARD_STD, split_checkpoint
-from deepgen_rl.rewards.testing import build_tiny_bert_tokenizer
+from deepgen_rl.rewards.testing import build_tiny_bert_tokenizer, random_imagereward_state
 
-V_W, V_HEADS, V_LAYERS, PATCH, IMG = 32, 2, 2, 8, 32
-T_W, T_HEADS, T_LAYERS, MAXPOS = 24, 3, 2, 40
-
-
-def random_checkpoint(vocab, seed=0):
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape, scale=0.2):
-        return torch.randn(*shape, generator=g) * scale
-
-    grid = IMG // PATCH
-    s = {"blip.visual_encoder.cls_token": r(1, 1, V_W), "blip.visual_encoder.pos_embed": r(1, grid * grid + 1, V_W),
-         "blip.visual_encoder.patch_embed.proj.weight": r(V_W, 3, PATCH, PATCH),
-         "blip.visual_encoder.patch_embed.proj.bias": r(V_W),
-         "blip.visual_encoder.norm.weight": 1 + r(V_W), "blip.visual_encoder.norm.bias": r(V_W),
-         "blip.vision_proj.weight": r(8, V_W), "blip.text_proj.weight": r(8, T_W)}  # unused ITC heads
-    for b in range(V_LAYERS):
-        p = f"blip.visual_encoder.blocks.{b}."
-        s.update({p + "norm1.weight": 1 + r(V_W), p + "norm1.bias": r(V_W), p + "attn.qkv.weight": r(3 * V_W, V_W),
-                  p + "attn.qkv.bias": r(3 * V_W), p + "attn.proj.weight": r(V_W, V_W), p + "attn.proj.bias": r(V_W),
-                  p + "norm2.weight": 1 + r(V_W), p + "norm2.bias": r(V_W), p + "mlp.fc1.weight": r(4 * V_W, V_W),
-                  p + "mlp.fc1.bias": r(4 * V_W), p + "mlp.fc2.weight": r(V_W, 4 * V_W), p + "mlp.fc2.bias": r(V_W)})
-    t = "blip.text_encoder."
-    s.update({t + "embeddings.word_embeddings.weight": r(vocab, T_W),
-              t + "embeddings.position_embeddings.weight": r(MAXPOS, T_W),
-              t + "embeddings.LayerNorm.weight": 1 + r(T_W), t + "embeddings.LayerNorm.bias": r(T_W),
-              t + "embeddings.position_ids": torch.arange(MAXPOS)[None]})
-    for b in range(T_LAYERS):
-        p = f"{t}encoder.layer.{b}."
-        for att, kv_width in (("attention", T_W), ("crossattention", V_W)):
-            s.update({p + f"{att}.self.query.weight": r(T_W, T_W), p + f"{att}.self.query.bias": r(T_W),
-                      p + f"{att}.self.key.weight": r(T_W, kv_width), p + f"{att}.self.key.bias": r(T_W),
-                      p + f"{att}.self.value.weight": r(T_W, kv_width), p + f"{att}.self.value.bias": r(T_W),
-                      p + f"{att}.output.dense.weight": r(T_W, T_W), p + f"{att}.output.dense.bias": r(T_W),
-                      p + f"{att}.output.LayerNorm.weight": 1 + r(T_W), p + f"{att}.output.LayerNorm.bias": r(T_W)})
-        s.update({p + "intermediate.dense.weight": r(4 * T_W, T_W), p + "intermediate.dense.bias": r(4 * T_W),
-                  p + "output.dense.weight": r(T_W, 4 * T_W), p + "output.dense.bias": r(T_W),
-                  p + "output.LayerNorm.weight": 1 + r(T_W), p + "output.LayerNorm.bias": r(T_W)})
-    for k, (i, o) in zip((0, 2, 4, 6, 7), ((T_W, 1024), (1024, 128), (128, 64), (64, 16), (16, 1))):
-        s[f"mlp.layers.{k}.weight"], s[f"mlp.layers.{k}.bias"] = r(o, i, scale=0.1), r(o, scale=0.1)
-    return s
+V_W, V_HEADS, V_LAYERS, PATCH, IMG = 32, 2, 2, 8, 32  # the shapes random_imagereward_state builds
+T_W, T_HEADS, T_LAYERS = 24, 3, 2
 
 
 def attention(q, k, v, heads, mask=None):
@@ -106,7 +67,7 @@ def setup(tmp_path_factory):
     tokenizer_dir = build_tiny_bert_tokenizer(root / "bert")
     from transformers import AutoTokenizer
 
-    state = random_checkpoint(len(AutoTokenizer.from_pretrained(tokenizer_dir)))
+    state = random_imagereward_state(len(AutoTokenizer.from_pretrained(tokenizer_dir)))
     torch.save(state, root / "ImageReward.pt")
     return str(root / "ImageReward.pt"), tokenizer_dir, state
 
