@@ -13,8 +13,9 @@ score >= ``threshold`` (``counting_threshold`` for tag "counting"), after per-cl
   likewise on y with heights (image y grows downwards).
 
 score = 1.0 if every requirement holds else 0.0 (GenEval's per-image correctness), or with ``partial=True`` the
-fraction of requirements that hold; range [0, 1]. Metadata without an ``include`` list: ``valid=False`` with the
-reason in ``info["image_errors"]``. A detector failure raises (the whole call is invalid). Each image is detected
+fraction of requirements that hold; range [0, 1]. Metadata without an ``include`` list falls back to
+:func:`parse_geneval_prompt` (GenEval's six prompt templates, so a plain list of GenEval prompts trains too); a
+prompt that matches none is ``valid=False`` with the reason in ``info["image_errors"]``. A detector failure raises (the whole call is invalid). Each image is detected
 alone: batch-size invariant.
 
 Detector: any :class:`Detector`; the real one is :class:`Owlv2Detector` (transformers OWLv2, open vocabulary) from
@@ -24,6 +25,7 @@ reference colour to the mean RGB of the box's central half), a stand-in for GenE
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -157,6 +159,43 @@ def evaluate(image, detections: list[Detection], meta: dict, *, threshold: float
     return passed, checked, failures
 
 
+_ART = r"(?:a|an)"
+_NUMBERS = {"two": 2, "three": 3, "four": 4}
+
+
+def _object(text: str) -> dict:
+    first, _, rest = text.partition(" ")
+    if first in REFERENCE_COLORS and rest:
+        return {"class": rest, "count": 1, "color": first}
+    return {"class": text, "count": 1}
+
+
+def parse_geneval_prompt(prompt: str) -> dict | None:
+    """GenEval metadata from a prompt written in one of GenEval's templates, else None.
+
+    "a photo of a/an X" (single object, "X" may start with a colour: colors), "a photo of a/an X and a/an Y"
+    (two objects, each optionally coloured: color_attr), "a photo of two|three|four Xs" (counting: include n,
+    exclude n + 1), "a photo of a/an Y left of|right of|above|below a/an X" (position: Y relative to X). Class names
+    are the noun phrases as written (plurals too: they only name detector queries).
+    """
+    text = prompt.strip().lower().rstrip(".")
+    if m := re.fullmatch(rf"a photo of {_ART} (.+?) (left of|right of|above|below) {_ART} (.+)", text):
+        return {"tag": "position", "include": [{"class": m.group(3), "count": 1},
+                                               {"class": m.group(1), "count": 1, "position": [m.group(2), 0]}]}
+    if m := re.fullmatch(r"a photo of (two|three|four) (.+)", text):
+        n = _NUMBERS[m.group(1)]
+        return {"tag": "counting", "include": [{"class": m.group(2), "count": n}],
+                "exclude": [{"class": m.group(2), "count": n + 1}]}
+    if m := re.fullmatch(rf"a photo of {_ART} (.+) and {_ART} (.+)", text):
+        first, second = _object(m.group(1)), _object(m.group(2))
+        return {"tag": "color_attr" if "color" in first or "color" in second else "two_object",
+                "include": [first, second]}
+    if m := re.fullmatch(rf"a photo of {_ART} (.+)", text):
+        obj = _object(m.group(1))
+        return {"tag": "colors" if "color" in obj else "single_object", "include": [obj]}
+    return None
+
+
 class Owlv2Detector:
     """transformers OWLv2 from ``path``: one forward per image with the queries ``"a photo of a <class>"``."""
 
@@ -195,7 +234,8 @@ class GenEvalReward(Reward):
     def __init__(self, detector_path: str | None = None, *, detector: Detector | None = None,
                  device: str | None = None, threshold: float = 0.3, counting_threshold: float | None = None,
                  nms_iou: float = 0.5, position_threshold: float = 0.1, partial: bool = False,
-                 colors: ColorClassifier | None = None):
+                 colors: ColorClassifier | None = None, parse_prompts: bool = True):
+        self.parse_prompts = parse_prompts
         if detector is None:
             path = detector_path or os.environ.get(ENV_VAR)
             if not path:
@@ -209,11 +249,15 @@ class GenEvalReward(Reward):
         n = len(images)
         scores, valid = torch.zeros(n), torch.zeros(n, dtype=torch.bool)
         info = {"image_errors": [None] * n, "failures": [[] for _ in range(n)]}
-        for i, (image, meta) in enumerate(zip(images, metadata)):
+        for i, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
             include = meta.get("include")
             if not isinstance(include, list) or not include:
-                info["image_errors"][i] = "geneval: metadata has no GenEval 'include' list"
-                continue
+                parsed = parse_geneval_prompt(prompt) if self.parse_prompts else None
+                if parsed is None:
+                    info["image_errors"][i] = ("geneval: metadata has no GenEval 'include' list and the prompt "
+                                               "matches no GenEval template")
+                    continue
+                meta, include = parsed, parsed["include"]
             classes = [r["class"] for r in include] + [r["class"] for r in meta.get("exclude", [])]
             detections = self.detector.detect(image, classes)
             passed, checked, failures = evaluate(image, detections, meta, colors=self.colors, **self.options)

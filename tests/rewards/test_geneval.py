@@ -5,7 +5,8 @@ import torch
 from PIL import Image, ImageDraw
 
 from deepgen_rl.rewards import get_reward
-from deepgen_rl.rewards.geneval import Detection, MeanColorClassifier, Owlv2Detector, evaluate, relations
+from deepgen_rl.rewards.geneval import (Detection, MeanColorClassifier, Owlv2Detector, evaluate,
+                                       parse_geneval_prompt, relations)
 from deepgen_rl.rewards.testing import build_tiny_owlv2
 
 BLANK = Image.new("RGB", (100, 100), "white")
@@ -88,7 +89,7 @@ def test_reward_strict_partial_invalid_and_batch_invariance():
     dets = {10: [det("dog", (0, 0, 5, 5)), det("dog", (6, 6, 9, 9))], 11: [det("dog", (0, 0, 5, 5))], 12: [],
             13: [det("cat", (0, 0, 5, 5))]}
     imgs = [Image.new("RGB", (w, 20)) for w in (10, 11, 12, 13)]
-    strict = get_reward("geneval", detector=FixedDetector(dets))(imgs, [""] * 4, metas)
+    strict = get_reward("geneval", detector=FixedDetector(dets))(imgs, ["", "", "not a GenEval prompt", ""], metas)
     assert strict.valid.tolist() == [True, True, False, True] and strict.scores.tolist() == [1.0, 0.0, 0.0, 1.0]
     assert "no GenEval 'include'" in strict.info["image_errors"][2]
     partial = get_reward("geneval", detector=FixedDetector(dets), partial=True)(imgs, [""] * 4, metas)
@@ -115,3 +116,32 @@ def test_owlv2_detector_loads_tiny_random_model_and_scores(tmp_path):
     assert torch.equal(singles, out.scores)
     with pytest.raises(OSError, match="GENEVAL_DETECTOR_PATH"):
         Owlv2Detector(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("prompt, expected", [
+    ("a photo of a bench", {"tag": "single_object", "include": [{"class": "bench", "count": 1}]}),
+    ("a photo of an orange traffic light.", {"tag": "colors",
+                                            "include": [{"class": "traffic light", "count": 1, "color": "orange"}]}),
+    ("a photo of a dog and a cell phone", {"tag": "two_object", "include": [{"class": "dog", "count": 1},
+                                                                            {"class": "cell phone", "count": 1}]}),
+    ("a photo of a red cup and a blue car", {"tag": "color_attr", "include": [
+        {"class": "cup", "count": 1, "color": "red"}, {"class": "car", "count": 1, "color": "blue"}]}),
+    ("a photo of three apples", {"tag": "counting", "include": [{"class": "apples", "count": 3}],
+                                 "exclude": [{"class": "apples", "count": 4}]}),
+    ("a photo of a dog right of a teddy bear", {"tag": "position", "include": [
+        {"class": "teddy bear", "count": 1}, {"class": "dog", "count": 1, "position": ["right of", 0]}]}),
+    ("A cat sitting on a sofa", None),
+])
+def test_geneval_prompt_templates(prompt, expected):
+    assert parse_geneval_prompt(prompt) == expected
+
+
+def test_prompt_fallback_scores_without_metadata():
+    dets = {10: [det("dog", (60, 0, 80, 20)), det("teddy bear", (0, 0, 20, 20))], 11: [det("dog", (0, 0, 20, 20))]}
+    imgs = [Image.new("RGB", (w, 20)) for w in (10, 11)]
+    prompts = ["a photo of a dog right of a teddy bear", "a photo of two dogs"]
+    out = get_reward("geneval", detector=FixedDetector({10: dets[10], 11: [det("dogs", (0, 0, 5, 5))]}))(
+        imgs, prompts, [{}, {}])
+    assert out.valid.all() and out.scores.tolist() == [1.0, 0.0]
+    off = get_reward("geneval", detector=FixedDetector(dets), parse_prompts=False)(imgs, prompts, [{}, {}])
+    assert not off.valid.any()
