@@ -28,6 +28,9 @@ def test_ocr_vlm_scores_like_ocr_and_skips_prompts_without_text():
         assert out.info["num_skipped_no_target"] == 1 and out.info["image_errors"][3] is None
         assert sum(vlm.attempts.values()) == 3  # no request for the prompt without quoted text
         assert out.info["texts"][:3] == ["Hello World", "Helo Wrld", ""]
+        singles = torch.cat([reward([im], [p]).scores for im, p in
+                             zip([solid(RED), solid(BLUE), solid(GREEN), solid(RED)], prompts)])
+        assert torch.equal(singles, out.scores)
 
 
 def test_unifiedreward_formula_failures_and_batch_invariance():
