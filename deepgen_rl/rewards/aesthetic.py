@@ -1,6 +1,7 @@
 """``aesthetic``: LAION aesthetic predictor -- a head on CLIP ViT-L/14 image embeddings.
 
-Model: transformers ``CLIPModel`` (published: ``openai/clip-vit-large-patch14``) from ``$AESTHETIC_CLIP_MODEL_NAME_OR_PATH``
+Model: transformers ``CLIPModel`` (published: ``openai/clip-vit-large-patch14``) from
+``$AESTHETIC_CLIP_MODEL_NAME_OR_PATH``
 (falls back to ``$CLIP_MODEL_NAME_OR_PATH``); head weights from ``$AESTHETIC_HEAD_PATH`` (``head_path``), a ``.pth``
 (read with ``weights_only=True``) or ``.safetensors`` state dict of either published head:
 

@@ -15,7 +15,8 @@ score >= ``threshold`` (``counting_threshold`` for tag "counting"), after per-cl
 score = 1.0 if every requirement holds else 0.0 (GenEval's per-image correctness), or with ``partial=True`` the
 fraction of requirements that hold; range [0, 1]. Metadata without an ``include`` list falls back to
 :func:`parse_geneval_prompt` (GenEval's six prompt templates, so a plain list of GenEval prompts trains too); a
-prompt that matches none is ``valid=False`` with the reason in ``info["image_errors"]``. A detector failure raises (the whole call is invalid). Each image is detected
+prompt that matches none is ``valid=False`` with the reason in ``info["image_errors"]``. A detector failure raises
+(the whole call is invalid). Each image is detected
 alone: batch-size invariant.
 
 Detector: any :class:`Detector`; the real one is :class:`Owlv2Detector` (transformers OWLv2, open vocabulary) from

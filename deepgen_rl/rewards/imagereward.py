@@ -113,7 +113,8 @@ def build_configs(vision: dict, text: dict, *, vision_heads: int, text_heads: in
                                  num_attention_heads=text_heads,
                                  intermediate_size=int(text["encoder.layer.0.intermediate.dense.weight"].shape[0]),
                                  max_position_embeddings=int(text["embeddings.position_embeddings.weight"].shape[0]),
-                                 encoder_hidden_size=int(text["encoder.layer.0.crossattention.self.key.weight"].shape[1]),
+                                 encoder_hidden_size=int(
+                                     text["encoder.layer.0.crossattention.self.key.weight"].shape[1]),
                                  layer_norm_eps=1e-12, hidden_act="gelu", bos_token_id=None, sep_token_id=None,
                                  pad_token_id=0)
     return vision_config, text_config
@@ -152,7 +153,8 @@ class ImageRewardReward(Reward):
             raise OSError(f"imagereward: cannot load a tokenizer from {tok_path!r} (${TOKENIZER_ENV_VAR}): {exc}") \
                 from exc
         size = int(self.model.vision.config.image_size)
-        self.image_processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size},
+        self.image_processor = CLIPImageProcessor(size={"shortest_edge": size},
+                                                  crop_size={"height": size, "width": size},
                                                   image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD))
         self.device = torch.device(device or "cpu")
         self.model.to(self.device)

@@ -127,7 +127,8 @@ def random_open_clip_state(vocab: int, seed: int = 0) -> dict[str, torch.Tensor]
              "ln_final.weight": 1 + r(TEXT_W), "ln_final.bias": r(TEXT_W), "text_projection": r(TEXT_W, EMBED),
              "logit_scale": torch.tensor(4.6), "visual.class_embedding": r(VIS_W),
              "visual.positional_embedding": r(GRID * GRID + 1, VIS_W), "visual.conv1.weight": r(VIS_W, 3, PATCH, PATCH),
-             "visual.ln_pre.weight": 1 + r(VIS_W), "visual.ln_pre.bias": r(VIS_W), "visual.ln_post.weight": 1 + r(VIS_W),
+             "visual.ln_pre.weight": 1 + r(VIS_W), "visual.ln_pre.bias": r(VIS_W),
+             "visual.ln_post.weight": 1 + r(VIS_W),
              "visual.ln_post.bias": r(VIS_W), "visual.proj": r(VIS_W, EMBED), "attn_mask": torch.zeros(CTX, CTX)}
     for prefix, width in (("transformer", TEXT_W), ("visual.transformer", VIS_W)):
         for b in range(LAYERS):

@@ -47,8 +47,8 @@ def reference(s, pixels, ids, attn_mask):
         p = f"{t}encoder.layer.{b}."
         for att, kv, m in (("attention", None, mask), ("crossattention", image, None)):
             src = y if kv is None else kv
-            lin = lambda name, inp: F.linear(inp, s[p + f"{att}.self.{name}.weight"], s[p + f"{att}.self.{name}.bias"])  # noqa: E731,E501
-            a = attention(lin("query", y), lin("key", src), lin("value", src), T_HEADS, m)
+            w = {n: (s[p + f"{att}.self.{n}.weight"], s[p + f"{att}.self.{n}.bias"]) for n in ("query", "key", "value")}
+            a = attention(F.linear(y, *w["query"]), F.linear(src, *w["key"]), F.linear(src, *w["value"]), T_HEADS, m)
             a = F.linear(a, s[p + f"{att}.output.dense.weight"], s[p + f"{att}.output.dense.bias"])
             y = F.layer_norm(a + y, (T_W,), s[p + f"{att}.output.LayerNorm.weight"],
                              s[p + f"{att}.output.LayerNorm.bias"], eps=1e-12)

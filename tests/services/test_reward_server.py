@@ -8,7 +8,6 @@ import math
 import signal
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -105,11 +104,12 @@ def _closed_within(sock, seconds) -> tuple[bool, bytes]:
 
 def test_deep_nesting_is_400_and_keeps_the_connection(hardened):
     with httpx.Client(headers={**AUTH, "content-type": "application/json"}) as client:
-        for opener, closer, depth in (("[", "]", 1_000), ("[", "]", 100_000), ("[", "]", 999_000),
-                                      ('{"a":', "}", 1_000), ('{"a":', "}", 100_000), ('{"a":', "}", 300_000)):
-            if True:  # depth 1e6 of arrays fits REWARD_MAX_BODY_BYTES=2e6; objects take 6 bytes a level
-                response = client.post(f"{hardened.url}/score/brightness", content=opener * depth + "1" + closer * depth)
-                assert response.status_code == 400 and "REWARD_MAX_JSON_DEPTH" in response.json()["error"]
+        # depth 1e6 of arrays fits REWARD_MAX_BODY_BYTES=2e6; objects take 6 bytes a level
+        cases = [("[", "]", 1_000), ("[", "]", 100_000), ("[", "]", 999_000),
+                 ('{"a":', "}", 1_000), ('{"a":', "}", 100_000), ('{"a":', "}", 300_000)]
+        for opener, closer, depth in cases:
+            response = client.post(f"{hardened.url}/score/brightness", content=opener * depth + "1" + closer * depth)
+            assert response.status_code == 400 and "REWARD_MAX_JSON_DEPTH" in response.json()["error"]
         nested_meta = {"images": [b64(imgs(1)[0])], "prompts": ["x"], "metadata": [{"a": [[[[[[[[[[[[]]]]]]]]]]]]}]}
         assert client.post(f"{hardened.url}/score", json=nested_meta).status_code == 200
         deep_meta = {"images": [b64(imgs(1)[0])], "prompts": ["x"], "metadata": [json.loads("[" * 40 + "]" * 40)]}
@@ -126,7 +126,8 @@ def test_partial_headers_and_bodies_time_out(hardened):
     idle = _raw(hardened, b"")
     assert _closed_within(idle, 5)[0]
     partial_body = _raw(hardened, b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                  b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 1000\r\n\r\n{\"ima")
+                                  b"Authorization: Bearer " + TOKEN.encode() +
+                                  b"\r\nContent-Length: 1000\r\n\r\n{\"ima")
     closed, answer = _closed_within(partial_body, 6)
     assert answer.startswith(b"HTTP/1.1 408") and closed
     assert httpx.get(f"{hardened.url}/health").status_code == 200

@@ -39,7 +39,8 @@ class RewardScorer:
 
     ``select`` picks the images worth decoding and scoring (all, by default). ``score_batch`` calls the reward once:
     a valid sample becomes its score; an invalid one becomes null with ``info["image_errors"][i]`` as its error
-    (null for "nothing to score") when the reward fills that list, else with ``"<name>: not scored (valid=False)"``. ``extra_fields`` maps a per-image list in the
+    (null for "nothing to score") when the reward fills that list, else with ``"<name>: not scored (valid=False)"``.
+    ``extra_fields`` maps a per-image list in the
     reward's info (e.g. OCR's ``texts``) to a response field with its default for unscored images.
     """
 
