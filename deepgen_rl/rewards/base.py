@@ -131,7 +131,12 @@ def get_reward(name: str, /, **kwargs: Any) -> Reward:
     """
     if name not in _REGISTRY:
         raise KeyError(f"unknown reward {name!r}; available: {', '.join(available_rewards())}")
-    if "remote_url" in kwargs and name != "remote":
+    remote = _REGISTRY.get("remote")
+    if "remote_url" in kwargs and isinstance(_REGISTRY[name], type) and remote is not None and \
+            issubclass(_REGISTRY[name], remote):  # already a client (ocr): remote_url is its url
+        kwargs = dict(kwargs)
+        kwargs["url"] = kwargs.pop("remote_url")
+    elif "remote_url" in kwargs:
         kwargs = dict(kwargs)
         url = kwargs.pop("remote_url")
         reward = _REGISTRY["remote"](url=url, name=kwargs.pop("remote_name", name), **kwargs)

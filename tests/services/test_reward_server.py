@@ -81,6 +81,9 @@ def test_remote_equals_in_process_and_micro_batches(clip_dir):
 def test_failed_requests_never_become_scores():
     out = get_reward("pickscore", remote_url="http://127.0.0.1:9", max_retries=1, backoff_s=0.01)(imgs(2), PROMPTS[:2])
     assert not out.valid.any() and out.info["request_failed"] == 2
+    # a reward that is already a client keeps its own protocol: remote_url is just its url
+    ocr = get_reward("ocr", remote_url="http://127.0.0.1:9/")
+    assert type(ocr).__name__ == "OcrReward" and ocr.endpoint == "http://127.0.0.1:9/score"
 
 
 def _raw(server, data: bytes) -> socket.socket:
