@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -91,10 +92,11 @@ class RemoteReward(Reward):
         if not isinstance(scores, list) or len(scores) != n:
             raise RequestFailed(f"{self.endpoint}: malformed response (expected {n} scores)", attempts=attempts)
         for value in scores:
-            in_range = self.score_range is None or self.score_range[0] <= value <= self.score_range[1] \
-                if is_finite_number(value) else False
-            if value is not None and not (is_finite_number(value) and in_range):
-                expected = "a finite number" if self.score_range is None else f"a number in {list(self.score_range)}"
+            if value is None:
+                continue
+            lo, hi = self.score_range if self.score_range is not None else (-math.inf, math.inf)
+            if not (is_finite_number(value) and lo <= value <= hi):
+                expected = "a finite number" if self.score_range is None else f"a number in [{lo:g}, {hi:g}]"
                 raise RequestFailed(f"{self.endpoint}: score {value!r} is not null or {expected}", attempts=attempts)
         extras = {key: self._check_list(body, key, n, attempts) for key in self.extra_fields}
         # "errors" is optional (services before it existed omit it); when present it must match too.
