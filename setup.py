@@ -19,6 +19,7 @@ setup(
         "console_scripts": [
             "deepgen-rl-train=deepgen_rl.grpo_deepgen:main",
             "deepgen-rl-ocr-service=deepgen_rl.services.ocr.app:main",
+            "deepgen-rl-reward-server=deepgen_rl.services.reward.server:main",
             "deepgen-rl-unigenbench=deepgen_rl.evaluation.unigenbench:main",
         ]
     },

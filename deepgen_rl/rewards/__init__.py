@@ -8,6 +8,8 @@ from .combine import compute_weighted_rewards
 
 # One line per reward module: importing it registers its name(s).
 from . import brightness, clip_sim, color_target, jpeg, ocr, unifiedreward  # noqa: E402,F401
+from . import (aesthetic, geneval, hpsv2, imagereward, ocr_local, ocr_vlm, pickscore, remote,  # noqa: E402,F401,I001
+               unifiedreward_pointwise)
 
 __all__ = [
     "MultiRewardOutput",

@@ -121,10 +121,27 @@ def register_reward(name: str) -> Callable[[Callable[..., Reward]], Callable[...
     return decorator
 
 
-def get_reward(name: str, **kwargs: Any) -> Reward:
-    """Build the reward registered as ``name`` with ``kwargs`` passed to its constructor."""
+def get_reward(name: str, /, **kwargs: Any) -> Reward:
+    """Build the reward registered as ``name`` with ``kwargs`` passed to its constructor.
+
+    ``remote_url`` in ``kwargs`` builds the ``remote`` client instead, scoring ``name`` on the reward server at that
+    url (the other kwargs go to the client: batch_size, timeout_s, max_retries, token, ...). So
+    ``--reward_kwargs '{"pickscore": {"remote_url": "http://host:18090"}}'`` moves a reward to a server by
+    configuration; its column keeps the name ``pickscore``.
+    """
     if name not in _REGISTRY:
         raise KeyError(f"unknown reward {name!r}; available: {', '.join(available_rewards())}")
+    remote = _REGISTRY.get("remote")
+    if "remote_url" in kwargs and isinstance(_REGISTRY[name], type) and remote is not None and \
+            issubclass(_REGISTRY[name], remote):  # already a client (ocr): remote_url is its url
+        kwargs = dict(kwargs)
+        kwargs["url"] = kwargs.pop("remote_url")
+    elif "remote_url" in kwargs:
+        kwargs = dict(kwargs)
+        url = kwargs.pop("remote_url")
+        reward = _REGISTRY["remote"](url=url, name=kwargs.pop("remote_name", name), **kwargs)
+        reward.name = name
+        return reward
     reward = _REGISTRY[name](**kwargs)
     reward.name = name
     return reward

@@ -162,3 +162,22 @@ def test_other_address_check_detects_a_wildcard_bind(tmp_path):
         assert all(_connects(address, port) for address in _other_local_addresses())
     finally:
         _stop(process)
+
+
+def test_reward_server_script_runs_the_server_module():
+    text = (ROOT / "scripts" / "reward_server.sh").read_text()
+    assert "exec python -m deepgen_rl.services.reward" in text and "REWARD_PORT:-18090" in text
+    assert "REWARD_HOST:-127.0.0.1" in text
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "reward_server.sh")]).returncode == 0
+
+
+def test_reward_server_rejects_unknown_rewards_and_kwargs():
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args, message in ((["--reward", "no_such_reward"], "not registered"),
+                          (["--reward", "brightness", "--reward_kwargs", '{"ocr": {}}'], "not served"),
+                          (["--reward", "brightness", "--reward_kwargs", "{bad"], "not valid JSON")):
+        result = subprocess.run([sys.executable, "-m", "deepgen_rl.services.reward", *args], env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr[-500:])
