@@ -8,8 +8,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 
-def build_deepspeed_config(config, args, world_size: int) -> dict:
+def build_deepspeed_config(config, args, world_size: int, hidden_size: int | None = None) -> dict:
     """Load ``config`` (path or dict) and fill every "auto" from ``args``.
+
+    ``hidden_size`` (the DiT's width, heads × head_dim) sets ``stage3_param_persistence_threshold: "auto"`` to
+    10·hidden_size (the convention of transformers' DeepSpeed integration): weight matrices are partitioned, only
+    bias/norm vectors stay replicated. Without it the threshold is 1e5 elements.
 
     The GRPO trainer drives gradient accumulation itself (``set_gradient_accumulation_boundary``), so DeepSpeed
     sees micro-batch 1, accumulation 1 and ``train_batch_size = world_size``; the loss is already a mean over the
@@ -41,7 +45,7 @@ def build_deepspeed_config(config, args, world_size: int) -> dict:
         if isinstance(node, dict):
             for k, v in list(node.items()):
                 if v == "auto":
-                    node[k] = _auto_value(k, args)
+                    node[k] = _auto_value(k, args, hidden_size)
                 else:
                     resolve(v)
 
@@ -49,7 +53,7 @@ def build_deepspeed_config(config, args, world_size: int) -> dict:
     return cfg
 
 
-def _auto_value(key: str, args):
+def _auto_value(key: str, args, hidden_size: int | None = None):
     table = {"lr": args.learning_rate, "weight_decay": args.weight_decay,
              "betas": [args.adam_beta1, args.adam_beta2], "eps": args.adam_epsilon,
              "warmup_max_lr": args.learning_rate, "warmup_min_lr": 0.0}
@@ -58,7 +62,7 @@ def _auto_value(key: str, args):
     if key in ("reduce_bucket_size", "stage3_prefetch_bucket_size"):
         return int(5e7)
     if key == "stage3_param_persistence_threshold":
-        return int(1e5)
+        return int(10 * hidden_size) if hidden_size else int(1e5)
     raise ValueError(f"DeepSpeed config: no rule to resolve \"auto\" for {key!r}; set a value")
 
 
@@ -73,3 +77,22 @@ def gathered_params(module, zero_stage: int):
         ctx = nullcontext()
     with ctx:
         yield
+
+
+def dit_hidden_size(dit) -> int | None:
+    """The DiT's width (``num_attention_heads · attention_head_dim`` of a diffusers SD3 config); None if unknown."""
+    cfg = getattr(dit, "config", None)
+    heads, head_dim = getattr(cfg, "num_attention_heads", None), getattr(cfg, "attention_head_dim", None)
+    return int(heads) * int(head_dim) if heads and head_dim else None
+
+
+def partitioned_fraction(module) -> tuple[int, int]:
+    """(parameters whose data ZeRO-3 has partitioned away on this rank, all parameters) of ``module``.
+
+    A ZeRO-3 parameter carries ``ds_tensor`` (this rank's shard, ``ds_numel`` = full size); a partitioned one holds
+    an empty ``data`` outside a forward. Parameters below the persistence threshold stay whole (``ds_persist``).
+    """
+    params = list(module.parameters())
+    parted = sum(1 for p in params if hasattr(p, "ds_tensor") and not getattr(p, "ds_persist", False)
+                 and p.data.numel() == 0 and p.ds_tensor.numel() < p.ds_numel)
+    return parted, len(params)

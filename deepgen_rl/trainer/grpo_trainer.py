@@ -30,7 +30,8 @@ from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask
 from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.loggers import init_swanlab
-from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, gathered_params
+from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, dit_hidden_size, gathered_params,
+                                                 partitioned_fraction)
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
@@ -107,7 +108,8 @@ class DeepGenGRPOTrainer(Trainer):
 
             if not dist.is_dist():
                 deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
-            ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world)
+            ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world,
+                                               hidden_size=dit_hidden_size(dit))
             if "optimizer" in ds_config:
                 # the JSON asks DeepSpeed for its own optimizer (e.g. DeepSpeedCPUAdam for ZeRO-Offload); the HF LR
                 # schedule is then built on the optimizer DeepSpeed creates
@@ -125,6 +127,10 @@ class DeepGenGRPOTrainer(Trainer):
                     model=dit, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler, config=ds_config,
                     dist_init_required=False)
             self.zero_stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
+            if self.zero_stage == 3 and self.rank == 0:
+                parted, total = partitioned_fraction(self.dit_module)
+                logger.warning(f"ZeRO-3: {parted} of {total} DiT parameter tensors partitioned over {self.world} "
+                               f"rank(s) (the rest are below stage3_param_persistence_threshold)")
         else:
             self.create_optimizer()
             self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
@@ -149,7 +155,17 @@ class DeepGenGRPOTrainer(Trainer):
 
     @property
     def dit_module(self):
+        """The DiT ``nn.Module`` (DeepSpeed's wrapped module when an engine exists): rollout, eval, checkpoints."""
         return self.engine.module if self.engine is not None else self.deepgen.transformer
+
+    @property
+    def dit_forward(self):
+        """What TRAINED forwards (whose loss is backpropagated) must call: the DeepSpeed engine when there is one.
+
+        ZeRO-3 counts micro-steps in ``engine.forward`` only; a forward through ``engine.module`` makes the next
+        backward overwrite the accumulated gradient instead of adding to it (only the last backward would count).
+        """
+        return self.engine if self.engine is not None else self.deepgen.transformer
 
     def _autocast(self):
         if self.args.bf16 and torch.cuda.is_available() and self.engine is None:
@@ -349,7 +365,7 @@ class DeepGenGRPOTrainer(Trainer):
                                                      stats.get("ratio_max_abs_dev", 0.0))
         if lam > 0:
             with self._autocast():
-                sft_loss, sft_stats = self.sftaux.loss(transformer=dit)
+                sft_loss, sft_stats = self.sftaux.loss(transformer=self.dit_forward)
             done += 1
             if self._all_finite(sft_loss):
                 self._backward(sft_loss * lam, is_last=True)
@@ -371,7 +387,7 @@ class DeepGenGRPOTrainer(Trainer):
         cond = batch.cond.index_select(torch.zeros(1, dtype=torch.long, device=self.device))
         with self._autocast():
             v = self.deepgen.predict_velocity(x, torch.full((1,), 0.5, device=self.device), cond,
-                                              transformer=self.dit_module)
+                                              transformer=self.dit_forward)
         self._backward(v.float().sum() * 0.0, is_last=True)
 
     def _all_finite(self, loss: torch.Tensor) -> bool:

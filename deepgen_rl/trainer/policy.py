@@ -39,7 +39,7 @@ def policy_piece_loss(trainer, batch, advantages: torch.Tensor, mb: list[int], j
         gen = make_generator("nft", args.seed, trainer.state.global_step, trainer.rank, j, mb[0])
         noise = torch.randn(x0.shape, generator=gen).to(dev)
         x_sigma = (1 - sig) * x0 + sig * noise
-        v = velocity(x_sigma, dit)
+        v = velocity(x_sigma, trainer.dit_forward)
         # one optimizer update per rollout: the old (sampling) policy is the current weights before the update
         loss = diffusionnft_loss(v, v.detach(), x0, noise, advantages_to_nft_reward(adv, args.adv_clip_max),
                                  args.diffusionnft_beta)
@@ -49,7 +49,7 @@ def policy_piece_loss(trainer, batch, advantages: torch.Tensor, mb: list[int], j
         x = batch.latents[idx, j].to(dev)
         x_next = batch.latents[idx, j + 1].to(dev)
         old_lp = batch.log_probs[idx, j].to(dev)
-        v = velocity(x, dit)
+        v = velocity(x, trainer.dit_forward)  # the engine under DeepSpeed (ZeRO-3 accumulates only through it)
         out = sde_step(args.atrain_sde_sampler, v, x, sig, sig_next, args.sde_eta, prev_sample=x_next)
         if args.atrain_algorithm == "grpoguard":
             # One update per rollout (enforced in GRPOConfig): the sampling policy is the current weights before
