@@ -96,3 +96,56 @@ def partitioned_fraction(module) -> tuple[int, int]:
     parted = sum(1 for p in params if hasattr(p, "ds_tensor") and not getattr(p, "ds_persist", False)
                  and p.data.numel() == 0 and p.ds_tensor.numel() < p.ds_numel)
     return parted, len(params)
+
+
+def _nvcc_release(nvcc: Path) -> str | None:
+    """``"12.4"`` from ``nvcc --version`` ("... release 12.4, V12.4.131"); None if it cannot be run."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def cpu_adam_problem(ds_config: dict) -> str | None:
+    """One line naming what is missing to build DeepSpeed's CPU Adam on a GPU node, or None when nothing is.
+
+    Only a config that offloads the optimizer (``zero_optimization.offload_optimizer.device`` "cpu"/"nvme") on a
+    CUDA machine needs it, and only when DeepSpeed was installed without the op prebuilt: it is then JIT-compiled on
+    first use, which needs ``CUDA_HOME`` (or nvcc on PATH), ``$CUDA_HOME/bin/nvcc`` of the same major CUDA version as
+    torch, and ninja. (On a CPU-only machine DeepSpeed builds the op with the host compiler alone.)
+    """
+    import torch
+
+    offload = (ds_config.get("zero_optimization") or {}).get("offload_optimizer") or {}
+    if offload.get("device") not in ("cpu", "nvme") or not torch.cuda.is_available():
+        return None
+    try:
+        from deepspeed.git_version_info import installed_ops
+
+        if installed_ops.get("cpu_adam"):
+            return None
+    except ImportError:
+        pass
+    from torch.utils import cpp_extension
+
+    fix = "or install deepspeed with the op prebuilt (DS_BUILD_CPU_ADAM=1 pip install deepspeed)"
+    home = cpp_extension.CUDA_HOME
+    if not home:
+        return (f"offload_optimizer needs DeepSpeed's CPU Adam, built against CUDA {torch.version.cuda}, but "
+                f"CUDA_HOME is unset and no nvcc is on PATH: install that CUDA toolkit and export CUDA_HOME, {fix}")
+    nvcc = Path(home) / "bin" / "nvcc"
+    if not nvcc.is_file():
+        return f"offload_optimizer needs DeepSpeed's CPU Adam: {nvcc} not found (CUDA_HOME={home}); {fix}"
+    release = _nvcc_release(nvcc)
+    want = str(torch.version.cuda or "")
+    if release is None or release.split(".")[0] != want.split(".")[0]:
+        return (f"offload_optimizer needs DeepSpeed's CPU Adam: {nvcc} is CUDA {release or 'unknown'}, torch was "
+                f"built with CUDA {want}: point CUDA_HOME to a CUDA {want} toolkit, {fix}")
+    if not cpp_extension.is_ninja_available():
+        return f"offload_optimizer needs DeepSpeed's CPU Adam, JIT-built with ninja: pip install ninja, {fix}"
+    return None

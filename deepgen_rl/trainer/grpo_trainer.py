@@ -30,8 +30,8 @@ from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask
 from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.loggers import init_swanlab
-from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, dit_hidden_size, gathered_params,
-                                                 partitioned_fraction)
+from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_hidden_size,
+                                                 gathered_params, partitioned_fraction)
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
@@ -110,6 +110,9 @@ class DeepGenGRPOTrainer(Trainer):
                 deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
             ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world,
                                                hidden_size=dit_hidden_size(dit))
+            problem = cpu_adam_problem(ds_config)
+            if problem:
+                raise RuntimeError(f"--deepspeed {args.deepspeed_config}: {problem}")
             if "optimizer" in ds_config:
                 # the JSON asks DeepSpeed for its own optimizer (e.g. DeepSpeedCPUAdam for ZeRO-Offload); the HF LR
                 # schedule is then built on the optimizer DeepSpeed creates
@@ -415,6 +418,10 @@ class DeepGenGRPOTrainer(Trainer):
         if self.engine is not None:
             self.engine.set_gradient_accumulation_boundary(True)
             self.engine.step()
+            if not self.engine.was_step_applied():  # e.g. fp16/bf16 overflow: no update, so no EMA, no count
+                self.counters["skipped_updates"] += 1
+                logger.warning("DeepSpeed skipped the optimizer step (gradient overflow): not counted as applied")
+                return float("nan")
             norm = self.engine.get_global_grad_norm()
             grad_norm = float(norm) if norm is not None else float("nan")
         else:

@@ -14,7 +14,8 @@ from deepgen_rl.services.ocr.launch import free_port
 from tests.trainer.helpers import ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
-CASES = ["none", "zero2", "zero3", "zero3_offload", "zero3_sd3", "zero3_all", "none_nan_last", "zero3_all_nan_last"]
+CASES = ["none", "zero2", "zero3", "zero3_offload", "zero3_sd3", "zero3_all", "none_nan_last", "zero3_all_nan_last",
+         "zero2_skip"]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def report():
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("none")])
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("none") and not c.endswith("_skip")])
 def test_deepspeed_gradient_equals_single_path(report, case):
     r, ref = report[case], report["none_nan_last" if case.endswith("_nan_last") else "none"]
     assert r["pieces"] == ref["pieces"] == 4
@@ -51,3 +52,11 @@ def test_tiny_dit_is_really_partitioned(report, case):
     parted, total = report[case]["partitioned"]
     assert total == 84
     assert parted == total if case == "zero3_all" else parted >= total // 3, (parted, total)
+
+
+def test_step_deepspeed_skipped_is_not_counted_and_leaves_the_ema(report):
+    r = report["zero2_skip"]
+    assert r["optimizer_steps"] == 0 and r["skipped_updates"] == 1
+    assert r["grad_norm"] != r["grad_norm"]  # NaN, not the previous step's norm
+    assert r["ema_unchanged"] is True
+    assert report["zero2"]["optimizer_steps"] == 1 and report["zero2"]["skipped_updates"] == 0

@@ -6,7 +6,7 @@ wrapped to read the full accumulated gradient just before the step (``deepspeed.
 assembles ZeRO partitions; the reference all-reduces and averages ``p.grad`` itself). ``zero3_all`` is zero3.json with
 every parameter partitioned (persistence threshold 0, small buckets). Cases ending in ``_nan_last`` poison the LAST
 policy piece of the update (and turn the SFT term off), so the update ends with the trainer's zero-loss boundary
-backward.
+backward. ``zero2_skip`` makes DeepSpeed report its step as not applied (as on an overflow).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def zero3_all() -> dict:
     return cfg
 
 
-def one_update(name: str, ds_config, out: Path, *, nan_last: bool) -> dict:
-    overrides = dict(max_steps=1, atrain_micro_batch_size=4, learning_rate=1e-3)
+def one_update(name: str, ds_config, out: Path, *, nan_last: bool, skip: bool = False) -> dict:
+    overrides = dict(max_steps=1, atrain_micro_batch_size=4, learning_rate=1e-3, ema_decay=0.5 if skip else 0.0)
     if not nan_last:  # the SFT term (λ = 0.5) is the LAST backward of the update
         overrides.update(sftaux_coef=0.5, sftaux_micro_batch_size=2)
     args = make_args(out / name, **overrides)
@@ -46,6 +46,9 @@ def one_update(name: str, ds_config, out: Path, *, nan_last: bool) -> dict:
     trainer = grpo_trainer.DeepGenGRPOTrainer(tiny_model(), args, dataset_config=DEMO_PROGRAMMATIC,
                                               sftaux_dataset_config=None if nan_last else SFT_DEMO)
     trainer._setup_optimization(1)
+    if skip:  # DeepSpeed reports the step as skipped (what an fp16/bf16 overflow does)
+        trainer.engine.was_step_applied = lambda: False
+        ema0 = {k: v.clone() for k, v in trainer.ema.items()}
     trainer.state.global_step = 0
     trainer._executor = ThreadPoolExecutor(max_workers=1)
     result: dict = {}
@@ -91,6 +94,10 @@ def one_update(name: str, ds_config, out: Path, *, nan_last: bool) -> dict:
     result["grad_norm"] = metrics["train/grad_norm"]
     result["nonfinite"] = metrics["train/nonfinite_losses"]
     result["pieces"] = pieces["n"]
+    result["optimizer_steps"] = trainer.counters["optimizer_steps"]
+    result["skipped_updates"] = trainer.counters["skipped_updates"]
+    if skip:
+        result["ema_unchanged"] = all(torch.equal(ema0[k], trainer.ema[k]) for k in ema0)
     return result
 
 
@@ -98,20 +105,20 @@ def main():
     names = sys.argv[1].split(",")
     configs = {"none": "", "zero2": str(DS / "zero2.json"), "zero3": str(DS / "zero3.json"),
                "zero3_offload": str(DS / "zero3_offload.json"), "zero3_sd3": str(DS / "zero3_sd3.json"),
-               "zero3_all": zero3_all()}
+               "zero3_all": zero3_all(), "zero2_skip": str(DS / "zero2.json")}
     out = Path(tempfile.mkdtemp(prefix="zero_grad_"))
     report = {}
     for case in names:
         base, nan_last = (case[: -len("_nan_last")], True) if case.endswith("_nan_last") else (case, False)
         ref_key = "none_nan_last" if nan_last else "none"
-        res = one_update(case, configs[base], out, nan_last=nan_last)
+        res = one_update(case, configs[base], out, nan_last=nan_last, skip=case.endswith("_skip"))
         if case == ref_key:
             ref = res
         if dist.rank() != 0:
             continue
-        rep = {"grad_norm": res["grad_norm"], "nonfinite": res["nonfinite"], "pieces": res["pieces"],
-               "partitioned": res.get("partitioned")}
-        if case != ref_key:
+        rep = {k: res.get(k) for k in ("grad_norm", "nonfinite", "pieces", "partitioned", "optimizer_steps",
+                                       "skipped_updates", "ema_unchanged")}
+        if case != ref_key and not case.endswith("_skip"):
             diff = max(float((res["grads"][n] - ref["grads"][n]).abs().max()) for n in ref["grads"])
             scale = max(float(g.abs().max()) for g in ref["grads"].values())
             full = torch.cat([ref["grads"][n] for n in ref["grads"]])
