@@ -149,3 +149,50 @@ def cpu_adam_problem(ds_config: dict) -> str | None:
     if not cpp_extension.is_ninja_available():
         return f"offload_optimizer needs DeepSpeed's CPU Adam, JIT-built with ninja: pip install ninja, {fix}"
     return None
+
+
+def fp32_master_params(module, engine):
+    """Yield ``(name, full fp32 tensor)`` of the optimizer's MASTER weights for every parameter of ``module``.
+
+    Under DeepSpeed's bf16/fp16 mode the module holds low-precision copies; the fp32 masters live, partitioned, in
+    the ZeRO optimizer (``deepspeed.utils.safe_get_full_fp32_param`` assembles one parameter: a collective, so every
+    rank must iterate in the same order). Without an engine, or where DeepSpeed keeps no separate master, the
+    parameter itself (gathered under ZeRO-3) is the master. One parameter at a time: no second full model copy.
+    """
+    import torch
+
+    for name, p in module.named_parameters():
+        full = None
+        if engine is not None:
+            from deepspeed.utils import safe_get_full_fp32_param
+
+            full = safe_get_full_fp32_param(p)
+        if full is None:
+            with gathered_params_of([p], hasattr(p, "ds_id")):
+                full = p.detach().to(torch.float32, copy=True)
+        yield name, full.detach().float()
+
+
+def fp32_master_state_dict(module, engine) -> dict:
+    """``module.state_dict()`` keys as fp32 CPU tensors, parameters from the MASTER weights
+    (:func:`fp32_master_params`), buffers (e.g. positional tables) as they are; call on every rank."""
+    import torch
+
+    out = {n: t.to("cpu", copy=True) for n, t in fp32_master_params(module, engine)}
+    for name, buf in module.named_buffers():
+        if name in out:
+            continue
+        out[name] = buf.detach().to("cpu", torch.float32, copy=True)
+    keys = set(module.state_dict().keys())  # persistent buffers only, in the module's own key set
+    return {k: v for k, v in out.items() if k in keys}
+
+
+@contextmanager
+def gathered_params_of(params, partitioned: bool):
+    if partitioned:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(params), modifier_rank=None):
+            yield
+    else:
+        yield

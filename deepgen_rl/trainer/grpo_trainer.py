@@ -31,7 +31,7 @@ from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_hidden_size,
-                                                 gathered_params, partitioned_fraction)
+                                                 fp32_master_params, partitioned_fraction)
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
@@ -138,9 +138,8 @@ class DeepGenGRPOTrainer(Trainer):
             self.create_optimizer()
             self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
             self.zero_stage = 0
-        if args.ema_decay > 0:
-            with gathered_params(self.dit_module, self.zero_stage):
-                self.ema = {n: p.detach().float().clone() for n, p in self.dit_module.named_parameters()}
+        if args.ema_decay > 0:  # of the fp32 masters (DeepSpeed's bf16 module weights would make a staircase)
+            self.ema = {n: t.clone() for n, t in fp32_master_params(self.dit_module, self.engine)}
         if args.sftaux_coef > 0 and self.sftaux_dataset_config:
             from deepgen_rl.sft.loss import SFTAuxiliary
 
@@ -443,9 +442,9 @@ class DeepGenGRPOTrainer(Trainer):
         self.counters["optimizer_steps"] += 1
         if self.ema is not None:
             d = args.ema_decay
-            with torch.no_grad(), gathered_params(self.dit_module, self.zero_stage):
-                for name, p in self.dit_module.named_parameters():
-                    self.ema[name].mul_(d).add_(p.detach().float(), alpha=1 - d)
+            with torch.no_grad():  # fp32 masters, one parameter at a time (gathered under ZeRO: every rank)
+                for name, master in fp32_master_params(self.dit_module, self.engine):
+                    self.ema[name].mul_(d).add_(master.to(self.ema[name].device), alpha=1 - d)
         return grad_norm
 
     # ------------------------------------------------------------------ metrics

@@ -15,7 +15,7 @@ from tests.trainer.helpers import ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
 CASES = ["none", "zero2", "zero3", "zero3_offload", "zero3_sd3", "zero3_all", "none_nan_last", "zero3_all_nan_last",
-         "zero2_skip"]
+         "zero2_skip", "zero2_bf16", "zero3_all_bf16"]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def report():
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("none") and not c.endswith("_skip")])
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("none") and not c.endswith(("_skip", "_bf16"))])
 def test_deepspeed_gradient_equals_single_path(report, case):
     r, ref = report[case], report["none_nan_last" if case.endswith("_nan_last") else "none"]
     assert r["pieces"] == ref["pieces"] == 4
@@ -60,3 +60,16 @@ def test_step_deepspeed_skipped_is_not_counted_and_leaves_the_ema(report):
     assert r["grad_norm"] != r["grad_norm"]  # NaN, not the previous step's norm
     assert r["ema_unchanged"] is True
     assert report["zero2"]["optimizer_steps"] == 1 and report["zero2"]["skipped_updates"] == 0
+
+
+@pytest.mark.parametrize("case", ["zero2_bf16", "zero3_all_bf16", "zero2", "zero3_all"])
+def test_fp32_masters_are_what_dit_safetensors_and_the_ema_read(report, case):
+    """In DeepSpeed's bf16 mode the module holds bf16 copies; fp32_master_state_dict returns the optimizer's fp32
+    masters (after one lr-1e-3 step they differ from the bf16 weights by up to ~1e-3 and round to them exactly)."""
+    r = report[case]
+    assert r["master_keys_ok"] is True
+    if case.endswith("_bf16"):
+        assert r["module_dtype"] == "torch.bfloat16"
+        assert r["master_vs_module"] > 1e-4 and r["master_bf16_vs_module"] == 0.0
+    else:
+        assert r["module_dtype"] == "torch.float32" and r["master_vs_module"] == 0.0
