@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, EvalPrompt
-from deepgen_rl.rollout import guided_velocity, latents_to_pil
+from deepgen_rl.rollout import decode_latents_chunked, guided_velocity, latents_to_pil
 from deepgen_rl.utils.seeding import derive_seed
 
 
@@ -154,7 +154,7 @@ def generate_eval_images(model, spec: EvalDatasetSpec, out_dir: str | Path, *, r
                                  sampler=sampler, eta=eta, generators=generators, uncond=uncond,
                                  transformer=transformer)
         with torch.no_grad():
-            images = model.decode_latents(latents)
+            images = decode_latents_chunked(model, latents)
         for (p, d), s, img in zip(chunk, seeds, latents_to_pil(images)):
             rel = f"{spec.name}/{image_filename(p.index, d)}"
             img.save(Path(out_dir) / rel)

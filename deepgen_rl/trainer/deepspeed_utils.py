@@ -196,3 +196,35 @@ def gathered_params_of(params, partitioned: bool):
             yield
     else:
         yield
+
+
+def dit_from_state(template, state: dict, *, device, dtype, copy: bool = True):
+    """A plain, frozen copy of ``template``'s architecture holding ``state`` (name -> tensor), in ``dtype``.
+
+    Built on the meta device from ``template.config`` (no random fp32 initialisation, no host copy of the full
+    model) and filled with ``load_state_dict(assign=True)``, each tensor converted on its own to ``dtype`` on
+    ``device``: the peak is one ``dtype`` copy. Keys of ``template.state_dict()`` missing from ``state`` (buffers such
+    as positional tables) come from ``template``; ``template`` may be ZeRO-3-partitioned (only its buffers are read).
+    ``copy=False`` lets a tensor already in ``dtype`` on ``device`` be shared, not copied (read-only uses).
+    """
+    import torch
+
+    with torch.device("meta"):
+        module = type(template).from_config(template.config)
+    wanted = set(module.state_dict())
+    buffers = dict(template.named_buffers())
+    full = {}
+    for key in wanted:
+        src = state.get(key)
+        if src is None:
+            src = buffers.get(key)
+        if src is None:
+            raise RuntimeError(f"no weights for {key!r} (the state has {len(state)} tensors)")
+        full[key] = src.detach().to(device=device, dtype=dtype if src.is_floating_point() else src.dtype, copy=copy)
+    module.load_state_dict(full, assign=True, strict=True)
+    for name, buf in list(module.named_buffers()):  # non-persistent buffers are not in state_dict: rebuild them
+        if buf.is_meta:
+            owner, _, leaf = name.rpartition(".")
+            mod = module.get_submodule(owner) if owner else module
+            mod.register_buffer(leaf, buffers[name].detach().to(device=device, dtype=dtype), persistent=False)
+    return module.eval().requires_grad_(False)

@@ -10,7 +10,6 @@ is driven explicitly here).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -30,8 +29,8 @@ from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask
 from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.loggers import init_swanlab
-from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_hidden_size,
-                                                 fp32_master_params, partitioned_fraction)
+from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_from_state,
+                                                 dit_hidden_size, fp32_master_params, partitioned_fraction)
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
@@ -100,9 +99,9 @@ class DeepGenGRPOTrainer(Trainer):
         updates = max_steps * args.atrain_num_actor_update_steps
         dit = self.deepgen.transformer
         if args.beta > 0 and args.atrain_algorithm != "diffusionnft":  # the NFT objective has no KL term
-            self.ref_dit = copy.deepcopy(dit).requires_grad_(False).eval()
-            if args.bf16:
-                self.ref_dit.to(torch.bfloat16)  # frozen: no master weights needed
+            # frozen, so no master weights: built straight in bf16 (no transient fp32 deepcopy of the DiT)
+            self.ref_dit = dit_from_state(dit, dit.state_dict(), device=self.device,
+                                          dtype=torch.bfloat16 if args.bf16 else torch.float32)
         if args.deepspeed_config:
             import deepspeed
 
