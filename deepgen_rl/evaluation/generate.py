@@ -66,7 +66,8 @@ def num_batches(num_items: int, world_size: int, batch_size: int) -> int:
 
 def is_zero3_partitioned(module) -> bool:
     """True when ``module`` holds DeepSpeed ZeRO-3 parameters (each forward then gathers them collectively)."""
-    return module is not None and any(hasattr(p, "ds_id") for p in module.parameters())
+    params = getattr(module, "parameters", None)
+    return callable(params) and any(hasattr(p, "ds_id") for p in params())
 
 
 def _model_device(model) -> torch.device:
