@@ -246,6 +246,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     setup_env(args.threads)
     import torch
+
+    if not torch.cuda.is_available() and not (args.allow_cpu or args.flops_only):
+        print("gpu_throughput: no CUDA device; this measures the GPU recipe (--smoke or --allow-cpu for a CPU run of "
+              "a tiny config, --flops-only for the FLOP table)", file=sys.stderr)
+        return 2
     from diffusers import AutoencoderKL, SD3Transformer2DModel
 
     from deepgen_rl.models.deepgen.connector import Connector, ConnectorConfig
@@ -254,10 +259,6 @@ def main(argv=None) -> int:
     cfg = FULL if args.config == "full" else TINY
     if args.flops_only:
         return print_flops_only(cfg, args)
-    if not torch.cuda.is_available() and not args.allow_cpu:
-        print("gpu_throughput: no CUDA device; this measures the GPU recipe (--smoke or --allow-cpu for a CPU run of "
-              "a tiny config, --flops-only for the FLOP table)", file=sys.stderr)
-        return 2
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
     gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
