@@ -5,7 +5,7 @@
                                    [--num-inference-steps 50] [--iters 10] [--warmup 3]
                                    [--gradient-checkpointing on|off] [--peak_tflops 989] [--dtype bf16]
                                    [--master-weights fp32|compute] [--no-vae] [--check-flops] [--flops-only]
-                                   [--smoke]
+                                   [--deepspeed zero2|none] [--sft-batch 4] [--allow-cpu] [--smoke]
 
 ``--config full`` builds, with random weights and no download, the SD3.5-Medium DiT of DeepGen
 (``SD3Transformer2DModel``: 24 layers, 24 heads x 64 = 1536, joint_attention_dim 4096, caption_projection_dim 1536,
@@ -18,9 +18,21 @@ Measured, with ``torch.cuda.synchronize`` around each timed call, medians over `
   rollout step   one DiT forward (batch ``--batch``, no grad) + ``sde_step`` (cps_sde), as in ``rollout()``
   decode         VAE decode of ``--batch`` latents
   rollout img/s  batch / (T x rollout step + decode)   (T = ``--num-inference-steps``; encoding is once per prompt)
-  train piece    one DiT forward + ``sde_step(prev_sample=...)`` + backward (batch ``--train-batch``), i.e. one
-                 trained (micro-batch, timestep) of the policy update; optimizer step (AdamW) timed separately
+  train piece    what the trainer runs per trained (micro-batch, timestep): one DiT forward through the DeepSpeed
+                 engine + the frozen bf16 reference DiT's forward (KL, β > 0) + ``sde_step(prev_sample=...)`` +
+                 ``engine.backward`` (ZeRO-2 reduces the gradient buckets in every backward: the per-piece
+                 gradient reduction is inside this time) at batch ``--train-batch``
+  SFT term       one DiT forward + backward of the SFT-auxiliary flow-matching loss (batch ``--sft-batch``)
+  step           the boundary backward + ``engine.step()`` (AdamW on ZeRO-2's fp32 partition) minus a train piece
   connector      projector_1 + connector + projector_2/3 for ``--batch`` prompts (the VLM excluded)
+
+Default path = train.sh's on GPUs: ``--deepspeed zero2`` wraps the trained DiT in a DeepSpeed engine built from
+``scripts/deepspeed/zero2.json`` (bf16 module, fp32 masters and Adam states partitioned over the ranks; run it under
+torchrun with one process per GPU to include the cross-GPU reduction, or alone for one GPU); ``--deepspeed none``
+is the plain path (fp32 master weights + bf16 autocast). Memory: the peak ``torch.cuda.max_memory_allocated`` of the
+rank with everything a recipe rank holds: the DiT (engine), the reference DiT, the connector, the VAE and a
+placeholder of the VLM's bf16 weights (2 B × 3.75 B; the VLM itself is not run). Without CUDA the script stops
+with one line unless ``--allow-cpu`` (or ``--smoke`` / ``--flops-only``).
 
 TFLOP/s use the analytic matmul FLOPs of one DiT forward (``dit_forward_flops``; formula in its docstring);
 a training piece counts 3x a forward (forward + backward of activations and weights; activation checkpointing
@@ -119,16 +131,27 @@ def parse_args(argv=None):
     p.add_argument("--flops-only", action="store_true",
                    help="print the analytic FLOP table of the config (checked with FlopCounterMode on the meta "
                         "device) without building or timing anything: the full config's numbers on any machine")
+    p.add_argument("--deepspeed", default="zero2", choices=["zero2", "none"],
+                   help="zero2: the DiT in a DeepSpeed ZeRO-2 engine (scripts/deepspeed/zero2.json, bf16 as train.sh); "
+                        "none: fp32 master weights + autocast")
+    p.add_argument("--sft-batch", type=int, default=4, help="image-caption pairs of the SFT-term forward+backward")
+    p.add_argument("--vlm-params", type=float, default=None,
+                   help="parameters of the VLM whose bf16 weights are held as a placeholder (default: full 3.75e9, "
+                        "tiny 0)")
+    p.add_argument("--allow-cpu", action="store_true", help="run without CUDA (tiny configs; numbers are not GPU's)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--smoke", action="store_true", help="tiny config, 64 px, batch 2, 2 iterations, --check-flops")
     args = p.parse_args(argv)
     if args.smoke:
+        args.allow_cpu, args.sft_batch = True, 2
         args.config, args.batch, args.train_batch, args.image_size = "tiny", 2, 2, 64
         args.num_inference_steps, args.iters, args.warmup, args.check_flops = 4, 2, 1, True
     full = args.config == "full"
     args.batch = args.batch or (32 if full else 4)
     args.train_batch = args.train_batch or (32 if full else 4)
     args.image_size = args.image_size or (512 if full else 128)
+    if args.vlm_params is None:
+        args.vlm_params = 3.75e9 if full else 0.0
     return args
 
 
@@ -192,10 +215,42 @@ def print_flops_only(cfg: dict, args) -> int:
     return 0
 
 
+def build_engine(dit, dtype, device):
+    """The DiT in a DeepSpeed engine from scripts/deepspeed/zero2.json, "auto" resolved as the trainer does."""
+    import os
+    from types import SimpleNamespace
+
+    import deepspeed
+    import torch
+
+    from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, dit_hidden_size
+
+    if not torch.distributed.is_initialized():
+        if "RANK" not in os.environ:  # a single process without torchrun
+            from deepgen_rl.services.ocr.launch import free_port
+
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(free_port()))
+        deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo")
+    world = torch.distributed.get_world_size()
+    hp = SimpleNamespace(max_grad_norm=1.0, bf16=dtype == torch.bfloat16, fp16=False, learning_rate=1e-6,
+                         weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8)
+    cfg = build_deepspeed_config(Path(__file__).resolve().parents[1] / "scripts/deepspeed/zero2.json", hp, world,
+                                 hidden_size=dit_hidden_size(dit))
+    optimizer = torch.optim.AdamW([p for p in dit.parameters() if p.requires_grad], lr=1e-6)
+    engine, _, _, _ = deepspeed.initialize(model=dit, optimizer=optimizer, config=cfg, dist_init_required=False)
+    return engine, world
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     setup_env(args.threads)
     import torch
+
+    if not torch.cuda.is_available() and not (args.allow_cpu or args.flops_only):
+        print("gpu_throughput: no CUDA device; this measures the GPU recipe (--smoke or --allow-cpu for a CPU run of "
+              "a tiny config, --flops-only for the FLOP table)", file=sys.stderr)
+        return 2
     from diffusers import AutoencoderKL, SD3Transformer2DModel
 
     from deepgen_rl.models.deepgen.connector import Connector, ConnectorConfig
@@ -211,8 +266,10 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
 
     t_build = time.perf_counter()
-    dit_dtype = torch.float32 if args.master_weights == "fp32" else dtype
-    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dit_dtype != dtype else nullcontext
+    dit_dtype = torch.float32 if args.master_weights == "fp32" or args.deepspeed == "zero2" else dtype
+    use_autocast = args.deepspeed == "none" and dit_dtype != dtype
+    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if use_autocast else nullcontext
+    vlm_placeholder = torch.empty(int(args.vlm_params), dtype=torch.bfloat16, device=device) if args.vlm_params else None
     with torch.device(device):  # random init directly on the device (the full DiT has 2.24 B parameters)
         dit = SD3Transformer2DModel(**cfg["dit"]).to(dit_dtype)
         levels = len(cfg["vae"]["block_out_channels"])
@@ -227,8 +284,15 @@ def main(argv=None) -> int:
         proj1 = torch.nn.Linear(fused_width, ccfg.hidden_size).to(dtype).requires_grad_(False)
         proj2 = torch.nn.Linear(ccfg.hidden_size, cfg["dit"]["pooled_projection_dim"]).to(dtype).requires_grad_(False)
         proj3 = torch.nn.Linear(ccfg.hidden_size, cfg["dit"]["joint_attention_dim"]).to(dtype).requires_grad_(False)
-    t_build = time.perf_counter() - t_build
     n_params = sum(p.numel() for p in dit.parameters())
+    from deepgen_rl.trainer.deepspeed_utils import dit_from_state
+
+    ref_dit = dit_from_state(dit, dit.state_dict(), device=device, dtype=dtype)  # frozen KL reference, as trainer
+    engine, world = None, 1
+    if args.deepspeed == "zero2":
+        engine, world = build_engine(dit, dtype, device)
+        dit = engine.module
+    t_build = time.perf_counter() - t_build
 
     B, Bt, hw = args.batch, args.train_batch, args.image_size // 8
     L = cfg["prompt_tokens"] + cfg["num_queries"]
@@ -243,11 +307,13 @@ def main(argv=None) -> int:
     sigmas = make_sigmas(args.num_inference_steps, 3.0)
     sig, sig_next = float(sigmas[1]), float(sigmas[2])
 
-    def velocity(x, s, pe, po):  # exactly DeepGen.predict_velocity: timestep = sigma * 1000, DiT in its dtype
+    def velocity(x, s, pe, po, module=None):  # as DeepGen.predict_velocity: timestep = sigma * 1000, DiT dtype
+        module = module if module is not None else dit
+        mdtype = next(module.parameters()).dtype
         t = torch.full((x.shape[0],), s * 1000.0, device=device, dtype=torch.float32)
         with autocast():
-            return dit(hidden_states=x.to(dit_dtype), encoder_hidden_states=pe.to(dit_dtype),
-                       pooled_projections=po.to(dit_dtype), timestep=t, return_dict=False)[0].float()
+            return module(hidden_states=x.to(mdtype), encoder_hidden_states=pe.to(mdtype),
+                          pooled_projections=po.to(mdtype), timestep=t, return_dict=False)[0].float()
 
     x = torch.randn(B, 16, hw, hw, device=device)
 
@@ -261,16 +327,41 @@ def main(argv=None) -> int:
     pe_t, po_t = prompt_embeds[:1].expand(Bt, -1, -1).contiguous(), pooled[:1].expand(Bt, -1).contiguous()
     old_lp = torch.zeros(Bt, device=device)
     adv = torch.randn(Bt, device=device)
-    optimizer = torch.optim.AdamW(dit.parameters(), lr=1e-6)
+    optimizer = torch.optim.AdamW(dit.parameters(), lr=1e-6) if engine is None else None
+    trained = engine if engine is not None else dit  # trained forwards go through the engine (as the trainer)
 
-    def train_piece():
-        v = velocity(xt, sig, pe_t, po_t)
+    def backward(loss, boundary=False):
+        if engine is not None:
+            engine.set_gradient_accumulation_boundary(boundary)
+            engine.backward(loss)
+        else:
+            loss.backward()
+
+    def train_piece(boundary=False):
+        v = velocity(xt, sig, pe_t, po_t, trained)
+        with torch.no_grad():
+            v_ref = velocity(xt, sig, pe_t, po_t, ref_dit)
+            ref_mean = sde_step("cps_sde", v_ref, xt, sig, sig_next, 0.7, prev_sample=xt_next).mean
         out = sde_step("cps_sde", v, xt, sig, sig_next, 0.7, prev_sample=xt_next)
-        (-(adv * torch.exp(out.log_prob - old_lp)).mean()).backward()
+        kl = ((out.mean - ref_mean) ** 2).flatten(1).mean(1)
+        backward((-(adv * torch.exp(out.log_prob - old_lp)) + 5e-7 * kl).mean(), boundary)
+
+    Bs = args.sft_batch
+    x0_s, eps_s = torch.randn(Bs, 16, hw, hw, device=device), torch.randn(Bs, 16, hw, hw, device=device)
+    pe_s, po_s = prompt_embeds[:1].expand(Bs, -1, -1).contiguous(), pooled[:1].expand(Bs, -1).contiguous()
+
+    def sft_piece():
+        s_ = 0.6
+        v = velocity((1 - s_) * x0_s + s_ * eps_s, s_, pe_s, po_s, trained)
+        backward(1e-4 * ((v - (eps_s - x0_s)) ** 2).mean())
 
     def optimizer_step():
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
+        if engine is not None:
+            train_piece(boundary=True)
+            engine.step()
+        else:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=False)
 
     rows = []
     fwd_flops = dit_forward_flops(cfg["dit"], 1, hw, L)
@@ -309,10 +400,16 @@ def main(argv=None) -> int:
         dit.enable_gradient_checkpointing()
     reset_peak()
     t_train = timed(train_piece, args.iters, args.warmup, device)
-    record(f"train piece: DiT fwd+bwd (B={Bt})", t_train, 3 * f1 * Bt,
-           "ckpt: +1 fwd not counted" if args.gradient_checkpointing == "on" else "")
+    record(f"train piece: DiT fwd+bwd + ref fwd (B={Bt})", t_train, 4 * f1 * Bt,
+           ("ckpt: +1 fwd not counted; " if args.gradient_checkpointing == "on" else "")
+           + ("ZeRO-2 reduction inside" if engine is not None else "no DeepSpeed"))
+    t_sft = timed(sft_piece, args.iters, args.warmup, device)
+    record(f"SFT term: DiT fwd+bwd (B={Bs})", t_sft, 3 * f1 * Bs, "")
     t_opt = timed(optimizer_step, max(1, args.iters // 2), 1, device)
-    record("AdamW step (all DiT params)", t_opt, 0.0, "")
+    if engine is not None:
+        t_opt = max(t_opt - t_train, 0.0)
+    record("AdamW step (all DiT params)" + (" via engine.step()" if engine is not None else ""), t_opt, 0.0,
+           f"fp32 masters over {world} rank(s)" if engine is not None else "")
     mem["train"] = peak_gib()
 
     T = args.num_inference_steps
@@ -330,6 +427,9 @@ def main(argv=None) -> int:
     print(f"\nrollout: {img_s:.3f} images/s at T={T} (= B / (T x step + decode)); training: {t_train * 1e3:.1f} ms per "
           f"trained (micro-batch of {Bt}, timestep) piece, {Bt / t_train:.2f} image-timesteps/s; "
           f"peak memory rollout {mem['rollout']:.1f} GiB, train {mem['train']:.1f} GiB")
+    print(f"per-rank recipe memory ({'DeepSpeed ZeRO-2 over %d rank(s)' % world if engine is not None else 'no DeepSpeed'}"
+          f"; DiT + reference DiT + connector + VAE + VLM placeholder {2 * args.vlm_params / 1e9:.1f} GB): peak "
+          f"{max(mem.values()):.1f} GiB allocated (activations at rollout batch {B}, train batch {Bt})")
     if args.check_flops:
         counted = counted_dit_flops(cfg["dit"], 1, hw, L)
         print(f"FlopCounterMode (meta-device DiT, SDPA math): {counted / 1e9:.3f} GFLOP per image forward")

@@ -33,6 +33,20 @@ def guided_velocity(model, latents, sigma, cond, uncond=None, cfg_scale: float =
     return v_u + cfg_scale * (v_c - v_u)
 
 
+VAE_DECODE_CHUNK = 8  # images per VAE decode call: 32 images at 512² decode at once peaks at ~13-21 GB
+
+
+def decode_latents_chunked(model, latents: torch.Tensor, chunk: int = VAE_DECODE_CHUNK) -> torch.Tensor:
+    """``model.decode_latents`` over ``chunk`` latents at a time: (B,16,h,w) -> fp32 (B,3,8h,8w) in [0, 1].
+
+    Every image is decoded on its own (the VAE has no cross-sample op), so the result is the one-call decode's;
+    the activation peak is that of ``chunk`` images.
+    """
+    if chunk <= 0 or latents.shape[0] <= chunk:
+        return model.decode_latents(latents)
+    return torch.cat([model.decode_latents(part) for part in latents.split(chunk)])
+
+
 def latents_to_pil(images: torch.Tensor) -> list[Image.Image]:
     """(B,3,H,W) in [0,1] -> list of RGB PIL images."""
     arr = (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
@@ -109,6 +123,8 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
     cond_index_t = torch.tensor(cond_index, dtype=torch.long)
     images: list = [None] * n
 
+    sigma_list = [float(s) for s in sigmas.tolist()]  # host floats: no per-step device sync in sde_step
+    stochastic_list = [bool(b) for b in stochastic.tolist()]
     starts = range(0, n, micro_batch_size)
     bar = tqdm(total=len(starts) * num_steps, desc=f"rollout step {step}", disable=not progress, leave=False)
     for m, s in enumerate(starts):
@@ -119,17 +135,22 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
             for i in idx]).to(device=device, dtype=torch.float32)
         gen = make_generator("sde", seed, step, rank, m, device=device)
         mb_cond = cond.index_select(cond_index_t[idx].to(device))
-        traj[idx, 0] = x.to(store)
+        # the micro-batch's trajectory stays on the device and goes to storage in ONE copy (not 2 per step)
+        mb_traj = torch.empty((len(idx), num_steps + 1, c, h, w), dtype=torch.float32, device=device)
+        mb_log_probs = torch.zeros((len(idx), num_steps), dtype=torch.float32, device=device)
+        mb_traj[:, 0] = x
         for t in range(num_steps):
-            sig = torch.full((len(idx),), float(sigmas[t]), device=device)
+            sig = torch.full((len(idx),), sigma_list[t], device=device)
             v = guided_velocity(model, x.to(dtype), sig, mb_cond, uncond, cfg_scale, transformer)
-            out = sde_step(sampler if bool(stochastic[t]) else "ode", v, x, float(sigmas[t]), float(sigmas[t + 1]),
+            out = sde_step(sampler if stochastic_list[t] else "ode", v, x, sigma_list[t], sigma_list[t + 1],
                            eta, generator=gen)
             x = out.prev_sample
-            traj[idx, t + 1] = x.to(store)
-            log_probs[idx, t] = out.log_prob.to(store)
+            mb_traj[:, t + 1] = x
+            mb_log_probs[:, t] = out.log_prob
             bar.update(1)
-        pil = latents_to_pil(model.decode_latents(x.to(dtype)))
+        traj[idx[0]:idx[-1] + 1] = mb_traj.to(store)
+        log_probs[idx[0]:idx[-1] + 1] = mb_log_probs.to(store)
+        pil = latents_to_pil(decode_latents_chunked(model, x.to(dtype)))
         for i, im in zip(idx, pil):
             images[i] = im
         if on_micro_batch is not None:

@@ -10,7 +10,7 @@
 #   SFTAUX_DATASET_CONFIG   [deepgen_rl/sft/configs/datasets/deepgen/t2i_grpo_moretextdata.py] ("" disables)
 #   OCR_URL, UNIFIEDREWARD_THINK_URL, UNIGENBENCH_API_URL     reward / judge services (default localhost ports)
 #   OUTPUT_DIR              [outputs/deepgen_rl_<date>]; when set it is reused and training resumes from its newest
-#                           complete checkpoint
+#                           complete checkpoint; required (one shared path) when NNODES > 1
 #   NNODES [1] NODE_RANK [0] MASTER_ADDR [127.0.0.1] MASTER_PORT [29700] NGPUS [GPUs on this node]
 #   DEEPSPEED_CONFIG        [scripts/deepspeed/zero2.json on GPU, none on CPU]
 #   REPORT_TO               [wandb,swanlab]; WANDB_MODE / SWANLAB_MODE [offline]; WANDB_PROJECT / SWANLAB_PROJ_NAME
@@ -26,6 +26,11 @@ fi
 
 HAS_CUDA=$(python -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
 NNODES="${NNODES:-1}"
+if [ "$NNODES" != "1" ] && [ -z "${OUTPUT_DIR:-}" ]; then
+  # every node would build its own timestamped folder: checkpoints and resume would split across them
+  echo "[train.sh] NNODES=$NNODES needs OUTPUT_DIR set to the same shared path on every node" >&2
+  exit 2
+fi
 NODE_RANK="${NODE_RANK:-0}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29700}"

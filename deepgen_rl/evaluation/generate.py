@@ -9,6 +9,10 @@ step (comparable across training).
 Guidance: with ``cfg_scale > 1`` the conditional and unconditional (empty prompt) inputs go through ONE forward of
 doubled batch, ``v = v_u + s·(v_c − v_u)``; with ``cfg_scale <= 1`` only the conditional branch runs.
 Images are written to ``out_dir/<dataset>/<index>.<dup>.png``.
+
+ZeRO-3: every DiT forward of a partitioned DiT all-gathers its parameters, a collective every rank must join. When
+the shards are uneven (e.g. 3 items on 2 ranks) a rank with fewer batches runs padding batches (one empty-prompt
+item, discarded) until it has run as many batches, hence as many DiT forwards, as rank 0.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, EvalPrompt
-from deepgen_rl.rollout import guided_velocity, latents_to_pil
+from deepgen_rl.rollout import decode_latents_chunked, guided_velocity, latents_to_pil
 from deepgen_rl.utils.seeding import derive_seed
 
 
@@ -53,6 +57,17 @@ def shard_items(spec: EvalDatasetSpec, rank: int, world_size: int) -> list[tuple
         raise ValueError(f"rank {rank} out of range for world_size {world_size}")
     items = [(p, d) for p in spec.prompts for d in range(spec.duplicates)]
     return items[rank::world_size]
+
+
+def num_batches(num_items: int, world_size: int, batch_size: int) -> int:
+    """Batches of the largest shard (rank 0's): ceil(ceil(num_items / world_size) / batch_size)."""
+    return -(-(-(-num_items // world_size)) // batch_size)
+
+
+def is_zero3_partitioned(module) -> bool:
+    """True when ``module`` holds DeepSpeed ZeRO-3 parameters (each forward then gathers them collectively)."""
+    params = getattr(module, "parameters", None)
+    return callable(params) and any(hasattr(p, "ds_id") for p in params())
 
 
 def _model_device(model) -> torch.device:
@@ -114,7 +129,7 @@ def sample_latents(model, cond, noise: torch.Tensor, *, cfg_scale: float, num_in
 def generate_eval_images(model, spec: EvalDatasetSpec, out_dir: str | Path, *, rank: int = 0, world_size: int = 1,
                          height: int = 512, width: int = 512, inference_mode: str = "ode", eta: float = 0.7,
                          sampler: str = "cps_sde", seed: int = 42, transformer=None, batch_size: int = 8,
-                         progress: bool = True) -> list[EvalImageRecord]:
+                         progress: bool = True, pad_batches: bool | None = None) -> list[EvalImageRecord]:
     """Generate this rank's shard of ``spec`` into ``out_dir/<dataset>/<index>.<dup>.png``.
 
     ``model`` provides ``encode_prompts``, ``predict_velocity``, ``decode_latents``, ``latent_shape`` and
@@ -140,9 +155,17 @@ def generate_eval_images(model, spec: EvalDatasetSpec, out_dir: str | Path, *, r
                                  sampler=sampler, eta=eta, generators=generators, uncond=uncond,
                                  transformer=transformer)
         with torch.no_grad():
-            images = model.decode_latents(latents)
+            images = decode_latents_chunked(model, latents)
         for (p, d), s, img in zip(chunk, seeds, latents_to_pil(images)):
             rel = f"{spec.name}/{image_filename(p.index, d)}"
             img.save(Path(out_dir) / rel)
             records.append(EvalImageRecord(spec.name, p.index, d, p.prompt, rel, s))
+    if pad_batches is None:
+        pad_batches = is_zero3_partitioned(transformer if transformer is not None else getattr(model, "transformer",
+                                                                                                 None))
+    if pad_batches:
+        for _ in range(num_batches(len(spec.prompts) * spec.duplicates, world_size, batch_size) - len(batches)):
+            sample_latents(model, model.encode_prompts([""]), torch.zeros((1, *latent_shape), device=device),
+                           cfg_scale=spec.cfg_scale, num_inference_steps=spec.num_inference_steps,
+                           inference_mode="ode", uncond=uncond, transformer=transformer)
     return records

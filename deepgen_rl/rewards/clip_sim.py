@@ -5,6 +5,11 @@ Loads ``CLIPModel`` + ``AutoTokenizer`` + ``AutoImageProcessor`` with ``from_pre
 embeddings, no logit scale). Prompts longer than the text model's ``max_position_embeddings`` (77 for CLIP) are
 truncated to that many tokens, keeping the end-of-text token last (CLIP pools its text embedding at that token), and
 counted in ``info["num_truncated"]``.
+
+Device (``device=`` or ``$CLIP_DEVICE``, default cpu): a bare ``"cuda"`` is resolved at construction to this rank's
+GPU, ``cuda:$LOCAL_RANK`` (torchrun sets it; else the current device), because ``score`` runs in reward worker
+threads whose current CUDA device is ``cuda:0``. Inputs go to the device the model's weights are on. On the CPU under
+torchrun (OMP_NUM_THREADS=1) CLIP runs on one thread: about 1 s per image for ViT-L/14, so use the GPU.
 """
 from __future__ import annotations
 
@@ -16,6 +21,28 @@ import torch
 from .base import Reward, register_reward
 
 ENV_VAR = "CLIP_MODEL_NAME_OR_PATH"
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``device`` (or ``$CLIP_DEVICE``, default "cpu") with a bare "cuda" pinned to ``cuda:$LOCAL_RANK``.
+
+    Without ``LOCAL_RANK`` a bare "cuda" becomes the current CUDA device. Raises ValueError naming CLIP_DEVICE when
+    CUDA is asked for but absent, or the index is not a visible GPU.
+    """
+    dev = torch.device(device or os.environ.get("CLIP_DEVICE") or "cpu")
+    if dev.type != "cuda":
+        return dev
+    if not torch.cuda.is_available():
+        raise ValueError(f"clip_sim: device {str(dev)!r} (device= / CLIP_DEVICE) but CUDA is not available; "
+                         "set CLIP_DEVICE=cpu")
+    index = dev.index
+    if index is None:
+        local = os.environ.get("LOCAL_RANK")
+        index = int(local) if local not in (None, "") else torch.cuda.current_device()
+    if not 0 <= index < torch.cuda.device_count():
+        raise ValueError(f"clip_sim: CUDA device {index} (device= / CLIP_DEVICE / LOCAL_RANK) does not exist; "
+                         f"{torch.cuda.device_count()} GPU(s) visible")
+    return torch.device("cuda", index)
 
 
 def _features(output) -> torch.Tensor:
@@ -42,8 +69,8 @@ class ClipSimilarityReward(Reward):
             self.image_processor = AutoImageProcessor.from_pretrained(path)
         except (OSError, ValueError) as exc:
             raise OSError(f"clip_sim: cannot load a CLIP model from {path!r} ({ENV_VAR}): {exc}") from exc
-        self.device = torch.device(device or os.environ.get("CLIP_DEVICE") or "cpu")
-        self.model.to(self.device)
+        self.model.to(resolve_device(device))
+        self.device = next(self.model.parameters()).device  # where the inputs go, whatever thread scores
         self.batch_size = batch_size
         self.max_length = int(self.model.config.text_config.max_position_embeddings)
         self.eos_token_id = self.tokenizer.eos_token_id

@@ -67,6 +67,12 @@ def _as_batch_sigma(sigma, batch: int, device: torch.device) -> torch.Tensor:
     return s
 
 
+def _check_float_sigmas(sigma: float, sigma_next: float) -> None:
+    """The check of :func:`_check_sigmas` on Python floats: no tensor, so no host-device synchronisation."""
+    if not 0.0 <= sigma_next < sigma <= 1.0:
+        raise ValueError(f"sde_step needs 0 <= sigma_next < sigma <= 1 (got sigma={sigma}, sigma_next={sigma_next})")
+
+
 def _check_sigmas(sigma: torch.Tensor, sigma_next: torch.Tensor) -> None:
     bad = (sigma > 1) | (sigma <= 0) | (sigma_next < 0) | (sigma_next >= sigma)
     if bool(bad.any()):
@@ -109,7 +115,8 @@ def sde_step(
         velocity: (B, C, H, W) (any dtype) model output v at (latents, sigma).
         latents: (B, C, H, W) (any dtype) x_σ.
         sigma, sigma_next: floats or (B,) tensors with 0 <= σ' < σ <= 1 (ValueError otherwise: a step from σ = 0
-            or a non-decreasing step has no meaning here, and the divisions by σ and 1 − σ̃ stay finite).
+            or a non-decreasing step has no meaning here, and the divisions by σ and 1 − σ̃ stay finite). Pass
+            floats on the GPU hot path: they are checked on the host; tensors are checked with one device sync.
         eta: noise level η (flowgrpo: multiplier of √(σ/(1−σ̃)); cps: fraction of the ``π/2`` angle, in [0, 1];
             dance: the constant s). Ignored by ``"ode"``.
         prev_sample: if given, this x' is scored instead of sampled (training recomputes log-probs this way);
@@ -128,9 +135,13 @@ def sde_step(
     v = velocity.float()
     x = latents.float()
     batch, device = x.shape[0], x.device
+    floats = isinstance(sigma, (int, float)) and isinstance(sigma_next, (int, float))
+    if floats:  # the hot path (rollout, training): validate before the values become device tensors
+        _check_float_sigmas(float(sigma), float(sigma_next))
     sig = _as_batch_sigma(sigma, batch, device)
     sig_next = _as_batch_sigma(sigma_next, batch, device)
-    _check_sigmas(sig, sig_next)
+    if not floats:  # tensors: bool() of a device tensor waits for the device
+        _check_sigmas(sig, sig_next)
     view = (-1,) + (1,) * (x.ndim - 1)
     dt = (sig_next - sig).view(view)
     sig_b, sig_next_b = sig.view(view), sig_next.view(view)

@@ -8,8 +8,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 
-def build_deepspeed_config(config, args, world_size: int) -> dict:
+def build_deepspeed_config(config, args, world_size: int, hidden_size: int | None = None) -> dict:
     """Load ``config`` (path or dict) and fill every "auto" from ``args``.
+
+    ``hidden_size`` (the DiT's width, heads × head_dim) sets ``stage3_param_persistence_threshold: "auto"`` to
+    10·hidden_size (the convention of transformers' DeepSpeed integration): weight matrices are partitioned, only
+    bias/norm vectors stay replicated. Without it the threshold is 1e5 elements.
 
     The GRPO trainer drives gradient accumulation itself (``set_gradient_accumulation_boundary``), so DeepSpeed
     sees micro-batch 1, accumulation 1 and ``train_batch_size = world_size``; the loss is already a mean over the
@@ -41,7 +45,7 @@ def build_deepspeed_config(config, args, world_size: int) -> dict:
         if isinstance(node, dict):
             for k, v in list(node.items()):
                 if v == "auto":
-                    node[k] = _auto_value(k, args)
+                    node[k] = _auto_value(k, args, hidden_size)
                 else:
                     resolve(v)
 
@@ -49,7 +53,7 @@ def build_deepspeed_config(config, args, world_size: int) -> dict:
     return cfg
 
 
-def _auto_value(key: str, args):
+def _auto_value(key: str, args, hidden_size: int | None = None):
     table = {"lr": args.learning_rate, "weight_decay": args.weight_decay,
              "betas": [args.adam_beta1, args.adam_beta2], "eps": args.adam_epsilon,
              "warmup_max_lr": args.learning_rate, "warmup_min_lr": 0.0}
@@ -58,7 +62,7 @@ def _auto_value(key: str, args):
     if key in ("reduce_bucket_size", "stage3_prefetch_bucket_size"):
         return int(5e7)
     if key == "stage3_param_persistence_threshold":
-        return int(1e5)
+        return int(10 * hidden_size) if hidden_size else int(1e5)
     raise ValueError(f"DeepSpeed config: no rule to resolve \"auto\" for {key!r}; set a value")
 
 
@@ -73,3 +77,154 @@ def gathered_params(module, zero_stage: int):
         ctx = nullcontext()
     with ctx:
         yield
+
+
+def dit_hidden_size(dit) -> int | None:
+    """The DiT's width (``num_attention_heads · attention_head_dim`` of a diffusers SD3 config); None if unknown."""
+    cfg = getattr(dit, "config", None)
+    heads, head_dim = getattr(cfg, "num_attention_heads", None), getattr(cfg, "attention_head_dim", None)
+    return int(heads) * int(head_dim) if heads and head_dim else None
+
+
+def partitioned_fraction(module) -> tuple[int, int]:
+    """(parameters whose data ZeRO-3 has partitioned away on this rank, all parameters) of ``module``.
+
+    A ZeRO-3 parameter carries ``ds_tensor`` (this rank's shard, ``ds_numel`` = full size); a partitioned one holds
+    an empty ``data`` outside a forward. Parameters below the persistence threshold stay whole (``ds_persist``).
+    """
+    params = list(module.parameters())
+    parted = sum(1 for p in params if hasattr(p, "ds_tensor") and not getattr(p, "ds_persist", False)
+                 and p.data.numel() == 0 and p.ds_tensor.numel() < p.ds_numel)
+    return parted, len(params)
+
+
+def _nvcc_release(nvcc: Path) -> str | None:
+    """``"12.4"`` from ``nvcc --version`` ("... release 12.4, V12.4.131"); None if it cannot be run."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def cpu_adam_problem(ds_config: dict) -> str | None:
+    """One line naming what is missing to build DeepSpeed's CPU Adam on a GPU node, or None when nothing is.
+
+    Only a config that offloads the optimizer (``zero_optimization.offload_optimizer.device`` "cpu"/"nvme") on a
+    CUDA machine needs it, and only when DeepSpeed was installed without the op prebuilt: it is then JIT-compiled on
+    first use, which needs ``CUDA_HOME`` (or nvcc on PATH), ``$CUDA_HOME/bin/nvcc`` of the same major CUDA version as
+    torch, and ninja. (On a CPU-only machine DeepSpeed builds the op with the host compiler alone.)
+    """
+    import torch
+
+    offload = (ds_config.get("zero_optimization") or {}).get("offload_optimizer") or {}
+    if offload.get("device") not in ("cpu", "nvme") or not torch.cuda.is_available():
+        return None
+    try:
+        from deepspeed.git_version_info import installed_ops
+
+        if installed_ops.get("cpu_adam"):
+            return None
+    except ImportError:
+        pass
+    from torch.utils import cpp_extension
+
+    fix = "or install deepspeed with the op prebuilt (DS_BUILD_CPU_ADAM=1 pip install deepspeed)"
+    home = cpp_extension.CUDA_HOME
+    if not home:
+        return (f"offload_optimizer needs DeepSpeed's CPU Adam, built against CUDA {torch.version.cuda}, but "
+                f"CUDA_HOME is unset and no nvcc is on PATH: install that CUDA toolkit and export CUDA_HOME, {fix}")
+    nvcc = Path(home) / "bin" / "nvcc"
+    if not nvcc.is_file():
+        return f"offload_optimizer needs DeepSpeed's CPU Adam: {nvcc} not found (CUDA_HOME={home}); {fix}"
+    release = _nvcc_release(nvcc)
+    want = str(torch.version.cuda or "")
+    if release is None or release.split(".")[0] != want.split(".")[0]:
+        return (f"offload_optimizer needs DeepSpeed's CPU Adam: {nvcc} is CUDA {release or 'unknown'}, torch was "
+                f"built with CUDA {want}: point CUDA_HOME to a CUDA {want} toolkit, {fix}")
+    if not cpp_extension.is_ninja_available():
+        return f"offload_optimizer needs DeepSpeed's CPU Adam, JIT-built with ninja: pip install ninja, {fix}"
+    return None
+
+
+def fp32_master_params(module, engine):
+    """Yield ``(name, full fp32 tensor)`` of the optimizer's MASTER weights for every parameter of ``module``.
+
+    Under DeepSpeed's bf16/fp16 mode the module holds low-precision copies; the fp32 masters live, partitioned, in
+    the ZeRO optimizer (``deepspeed.utils.safe_get_full_fp32_param`` assembles one parameter: a collective, so every
+    rank must iterate in the same order). Without an engine, or where DeepSpeed keeps no separate master, the
+    parameter itself (gathered under ZeRO-3) is the master. One parameter at a time: no second full model copy.
+    """
+    import torch
+
+    for name, p in module.named_parameters():
+        full = None
+        if engine is not None:
+            from deepspeed.utils import safe_get_full_fp32_param
+
+            full = safe_get_full_fp32_param(p)
+        if full is None:
+            with gathered_params_of([p], hasattr(p, "ds_id")):
+                full = p.detach().to(torch.float32, copy=True)
+        yield name, full.detach().float()
+
+
+def fp32_master_state_dict(module, engine) -> dict:
+    """``module.state_dict()`` keys as fp32 CPU tensors, parameters from the MASTER weights
+    (:func:`fp32_master_params`), buffers (e.g. positional tables) as they are; call on every rank."""
+    import torch
+
+    out = {n: t.to("cpu", copy=True) for n, t in fp32_master_params(module, engine)}
+    for name, buf in module.named_buffers():
+        if name in out:
+            continue
+        out[name] = buf.detach().to("cpu", torch.float32, copy=True)
+    keys = set(module.state_dict().keys())  # persistent buffers only, in the module's own key set
+    return {k: v for k, v in out.items() if k in keys}
+
+
+@contextmanager
+def gathered_params_of(params, partitioned: bool):
+    if partitioned:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(params), modifier_rank=None):
+            yield
+    else:
+        yield
+
+
+def dit_from_state(template, state: dict, *, device, dtype, copy: bool = True):
+    """A plain, frozen copy of ``template``'s architecture holding ``state`` (name -> tensor), in ``dtype``.
+
+    Built on the meta device from ``template.config`` (no random fp32 initialisation, no host copy of the full
+    model) and filled with ``load_state_dict(assign=True)``, each tensor converted on its own to ``dtype`` on
+    ``device``: the peak is one ``dtype`` copy. Keys of ``template.state_dict()`` missing from ``state`` (buffers such
+    as positional tables) come from ``template``; ``template`` may be ZeRO-3-partitioned (only its buffers are read).
+    ``copy=False`` lets a tensor already in ``dtype`` on ``device`` be shared, not copied (read-only uses).
+    """
+    import torch
+
+    with torch.device("meta"):
+        module = type(template).from_config(template.config)
+    wanted = set(module.state_dict())
+    buffers = dict(template.named_buffers())
+    full = {}
+    for key in wanted:
+        src = state.get(key)
+        if src is None:
+            src = buffers.get(key)
+        if src is None:
+            raise RuntimeError(f"no weights for {key!r} (the state has {len(state)} tensors)")
+        full[key] = src.detach().to(device=device, dtype=dtype if src.is_floating_point() else src.dtype, copy=copy)
+    module.load_state_dict(full, assign=True, strict=True)
+    for name, buf in list(module.named_buffers()):  # non-persistent buffers are not in state_dict: rebuild them
+        if buf.is_meta:
+            owner, _, leaf = name.rpartition(".")
+            mod = module.get_submodule(owner) if owner else module
+            mod.register_buffer(leaf, buffers[name].detach().to(device=device, dtype=dtype), persistent=False)
+    return module.eval().requires_grad_(False)

@@ -9,6 +9,7 @@ import torch
 
 from deepgen_rl.evaluation.config import load_eval_config
 from deepgen_rl.evaluation.runner import run_unigenbench_eval
+from deepgen_rl.trainer.deepspeed_utils import dit_from_state
 from deepgen_rl.utils import dist
 
 log = logging.getLogger(__name__)
@@ -18,20 +19,17 @@ def _ema_transformer(trainer):
     """A fresh DiT (built from the live one's config) holding the EMA weights; None when EMA is off.
 
     Built from the config rather than copied, so it also works when the live DiT is partitioned by ZeRO-3 (the EMA
-    dict always holds full weights).
+    dict always holds full weights); see :func:`deepgen_rl.trainer.deepspeed_utils.dit_from_state`.
     """
     if trainer.ema is None:
         return None
     live = trainer.dit_module
-    module = type(live).from_config(live.config)
+    missing = {n for n, _ in live.named_parameters()} - set(trainer.ema)
+    if missing:
+        raise RuntimeError(f"EMA weights lack {sorted(missing)[:5]}")
     dtype = torch.bfloat16 if trainer.args.bf16 else torch.float32
-    with torch.no_grad():
-        missing = set(dict(module.named_parameters())) - set(trainer.ema)
-        if missing:
-            raise RuntimeError(f"EMA weights lack {sorted(missing)[:5]}")
-        for name, p in module.named_parameters():
-            p.copy_(trainer.ema[name])
-    return module.to(device=trainer.device, dtype=dtype).eval().requires_grad_(False)
+    # built on the meta device and filled tensor by tensor in the eval dtype: no random fp32 DiT on the host
+    return dit_from_state(live, trainer.ema, device=trainer.device, dtype=dtype, copy=False)  # read-only
 
 
 def run_training_eval(trainer, step: int) -> dict:

@@ -10,7 +10,6 @@ is driven explicitly here).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -30,7 +29,8 @@ from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask
 from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.loggers import init_swanlab
-from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, gathered_params
+from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_from_state,
+                                                 dit_hidden_size, fp32_master_params, partitioned_fraction)
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
@@ -99,15 +99,19 @@ class DeepGenGRPOTrainer(Trainer):
         updates = max_steps * args.atrain_num_actor_update_steps
         dit = self.deepgen.transformer
         if args.beta > 0 and args.atrain_algorithm != "diffusionnft":  # the NFT objective has no KL term
-            self.ref_dit = copy.deepcopy(dit).requires_grad_(False).eval()
-            if args.bf16:
-                self.ref_dit.to(torch.bfloat16)  # frozen: no master weights needed
+            # frozen, so no master weights: built straight in bf16 (no transient fp32 deepcopy of the DiT)
+            self.ref_dit = dit_from_state(dit, dit.state_dict(), device=self.device,
+                                          dtype=torch.bfloat16 if args.bf16 else torch.float32)
         if args.deepspeed_config:
             import deepspeed
 
             if not dist.is_dist():
                 deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
-            ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world)
+            ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world,
+                                               hidden_size=dit_hidden_size(dit))
+            problem = cpu_adam_problem(ds_config)
+            if problem:
+                raise RuntimeError(f"--deepspeed {args.deepspeed_config}: {problem}")
             if "optimizer" in ds_config:
                 # the JSON asks DeepSpeed for its own optimizer (e.g. DeepSpeedCPUAdam for ZeRO-Offload); the HF LR
                 # schedule is then built on the optimizer DeepSpeed creates
@@ -125,13 +129,16 @@ class DeepGenGRPOTrainer(Trainer):
                     model=dit, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler, config=ds_config,
                     dist_init_required=False)
             self.zero_stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
+            if self.zero_stage == 3 and self.rank == 0:
+                parted, total = partitioned_fraction(self.dit_module)
+                logger.warning(f"ZeRO-3: {parted} of {total} DiT parameter tensors partitioned over {self.world} "
+                               f"rank(s) (the rest are below stage3_param_persistence_threshold)")
         else:
             self.create_optimizer()
             self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
             self.zero_stage = 0
-        if args.ema_decay > 0:
-            with gathered_params(self.dit_module, self.zero_stage):
-                self.ema = {n: p.detach().float().clone() for n, p in self.dit_module.named_parameters()}
+        if args.ema_decay > 0:  # of the fp32 masters (DeepSpeed's bf16 module weights would make a staircase)
+            self.ema = {n: t.clone() for n, t in fp32_master_params(self.dit_module, self.engine)}
         if args.sftaux_coef > 0 and self.sftaux_dataset_config:
             from deepgen_rl.sft.loss import SFTAuxiliary
 
@@ -149,7 +156,17 @@ class DeepGenGRPOTrainer(Trainer):
 
     @property
     def dit_module(self):
+        """The DiT ``nn.Module`` (DeepSpeed's wrapped module when an engine exists): rollout, eval, checkpoints."""
         return self.engine.module if self.engine is not None else self.deepgen.transformer
+
+    @property
+    def dit_forward(self):
+        """What TRAINED forwards (whose loss is backpropagated) must call: the DeepSpeed engine when there is one.
+
+        ZeRO-3 counts micro-steps in ``engine.forward`` only; a forward through ``engine.module`` makes the next
+        backward overwrite the accumulated gradient instead of adding to it (only the last backward would count).
+        """
+        return self.engine if self.engine is not None else self.deepgen.transformer
 
     def _autocast(self):
         if self.args.bf16 and torch.cuda.is_available() and self.engine is None:
@@ -349,7 +366,7 @@ class DeepGenGRPOTrainer(Trainer):
                                                      stats.get("ratio_max_abs_dev", 0.0))
         if lam > 0:
             with self._autocast():
-                sft_loss, sft_stats = self.sftaux.loss(transformer=dit)
+                sft_loss, sft_stats = self.sftaux.loss(transformer=self.dit_forward)
             done += 1
             if self._all_finite(sft_loss):
                 self._backward(sft_loss * lam, is_last=True)
@@ -371,7 +388,7 @@ class DeepGenGRPOTrainer(Trainer):
         cond = batch.cond.index_select(torch.zeros(1, dtype=torch.long, device=self.device))
         with self._autocast():
             v = self.deepgen.predict_velocity(x, torch.full((1,), 0.5, device=self.device), cond,
-                                              transformer=self.dit_module)
+                                              transformer=self.dit_forward)
         self._backward(v.float().sum() * 0.0, is_last=True)
 
     def _all_finite(self, loss: torch.Tensor) -> bool:
@@ -399,6 +416,10 @@ class DeepGenGRPOTrainer(Trainer):
         if self.engine is not None:
             self.engine.set_gradient_accumulation_boundary(True)
             self.engine.step()
+            if not self.engine.was_step_applied():  # e.g. fp16/bf16 overflow: no update, so no EMA, no count
+                self.counters["skipped_updates"] += 1
+                logger.warning("DeepSpeed skipped the optimizer step (gradient overflow): not counted as applied")
+                return float("nan")
             norm = self.engine.get_global_grad_norm()
             grad_norm = float(norm) if norm is not None else float("nan")
         else:
@@ -420,9 +441,9 @@ class DeepGenGRPOTrainer(Trainer):
         self.counters["optimizer_steps"] += 1
         if self.ema is not None:
             d = args.ema_decay
-            with torch.no_grad(), gathered_params(self.dit_module, self.zero_stage):
-                for name, p in self.dit_module.named_parameters():
-                    self.ema[name].mul_(d).add_(p.detach().float(), alpha=1 - d)
+            with torch.no_grad():  # fp32 masters, one parameter at a time (gathered under ZeRO: every rank)
+                for name, master in fp32_master_params(self.dit_module, self.engine):
+                    self.ema[name].mul_(d).add_(master.to(self.ema[name].device), alpha=1 - d)
         return grad_norm
 
     # ------------------------------------------------------------------ metrics

@@ -18,7 +18,10 @@ from deepgen_rl.utils.seeding import make_generator
 
 
 def policy_piece_loss(trainer, batch, advantages: torch.Tensor, mb: list[int], j: int):
-    """Loss (scalar, differentiable w.r.t. the DiT) and float stats for images ``mb`` at step ``j``."""
+    """Loss (scalar, differentiable w.r.t. the DiT) and float stats for images ``mb`` at step ``j``.
+
+    The stats are computed as device tensors and copied to the host in one transfer at the end.
+    """
     args, model = trainer.args, trainer.deepgen
     dev = trainer.device
     dit = trainer.dit_module
@@ -39,17 +42,17 @@ def policy_piece_loss(trainer, batch, advantages: torch.Tensor, mb: list[int], j
         gen = make_generator("nft", args.seed, trainer.state.global_step, trainer.rank, j, mb[0])
         noise = torch.randn(x0.shape, generator=gen).to(dev)
         x_sigma = (1 - sig) * x0 + sig * noise
-        v = velocity(x_sigma, dit)
+        v = velocity(x_sigma, trainer.dit_forward)
         # one optimizer update per rollout: the old (sampling) policy is the current weights before the update
         loss = diffusionnft_loss(v, v.detach(), x0, noise, advantages_to_nft_reward(adv, args.adv_clip_max),
                                  args.diffusionnft_beta)
-        stats["policy_loss"] = float(loss.detach())
-        ratio_dev = 0.0
+        stats["policy_loss"] = loss.detach()
+        ratio_dev = torch.zeros(())
     else:
         x = batch.latents[idx, j].to(dev)
         x_next = batch.latents[idx, j + 1].to(dev)
         old_lp = batch.log_probs[idx, j].to(dev)
-        v = velocity(x, dit)
+        v = velocity(x, trainer.dit_forward)  # the engine under DeepSpeed (ZeRO-3 accumulates only through it)
         out = sde_step(args.atrain_sde_sampler, v, x, sig, sig_next, args.sde_eta, prev_sample=x_next)
         if args.atrain_algorithm == "grpoguard":
             # One update per rollout (enforced in GRPOConfig): the sampling policy is the current weights before
@@ -63,9 +66,9 @@ def policy_piece_loss(trainer, batch, advantages: torch.Tensor, mb: list[int], j
         else:
             loss, pstats = clipped_policy_loss(out.log_prob, old_lp, adv, args.clip_range)
             ratio = torch.exp(out.log_prob.detach().float() - old_lp.float())
-        stats.update({k: float(v_) for k, v_ in pstats.items()})
-        stats["policy_loss"] = float(loss.detach())
-        ratio_dev = float((ratio - 1).abs().max())
+        stats.update({k: v_.detach() for k, v_ in pstats.items()})
+        stats["policy_loss"] = loss.detach()
+        ratio_dev = (ratio - 1).abs().max()
         if args.beta > 0 and trainer.ref_dit is not None:
             with torch.no_grad():
                 v_ref = velocity(x, trainer.ref_dit)
@@ -74,6 +77,8 @@ def policy_piece_loss(trainer, batch, advantages: torch.Tensor, mb: list[int], j
             kl = kl_penalty(args.atrain_kl_type, v_theta=v, v_ref=v_ref, mean_theta=out.mean, mean_ref=ref_mean,
                             std=out.std).mean()
             loss = loss + args.beta * kl
-            stats["kl"] = float(kl.detach())
+            stats["kl"] = kl.detach()
     stats["ratio_max_abs_dev"] = ratio_dev
-    return loss, stats
+    # ONE host copy for all the piece's statistics (each float() of a device tensor would wait for the device)
+    values = torch.stack([torch.as_tensor(v_).float().reshape(()).to(dev) for v_ in stats.values()]).tolist()
+    return loss, dict(zip(stats, values))

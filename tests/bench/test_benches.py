@@ -59,11 +59,26 @@ def test_rollout_memory_smoke():
 
 def test_gpu_throughput_smoke():
     out = run_smoke("gpu_throughput.py")
-    assert "rollout step: DiT fwd + sde_step" in out and "train piece: DiT fwd+bwd" in out
+    assert "rollout step: DiT fwd + sde_step" in out and "train piece: DiT fwd+bwd + ref fwd" in out
+    assert "ZeRO-2 reduction inside" in out and "SFT term: DiT fwd+bwd" in out and "via engine.step()" in out
+    assert "per-rank recipe memory (DeepSpeed ZeRO-2" in out
     assert "images/s at T=" in out and "VLM is not run" in out
     r = ratios(out)
     assert r["analytic / FlopCounterMode DiT forward FLOPs"] == pytest.approx(1.0, abs=1e-3)
     assert "bench/gpu_throughput.py --smoke" in out
+
+
+def test_gpu_throughput_without_cuda_stops_with_one_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_throughput.py")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpu_throughput:")]
+    assert len(lines) == 1 and "no CUDA device" in lines[0] and "--allow-cpu" in lines[0]
 
 
 def test_dit_flop_formula_matches_counter_on_full_config():

@@ -113,3 +113,56 @@ def test_scores_equal_an_independent_cosine_and_depend_on_the_prompt(clip_dir):
     # the same image, different prompts -> different scores (and the same prompt, different images too)
     assert abs(out.scores[0] - out.scores[1]) > 1e-3 and abs(out.scores[2] - out.scores[3]) > 1e-3
     assert abs(out.scores[0] - out.scores[2]) > 1e-3
+
+
+def _fake_gpus(monkeypatch, count=8, current=0):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+
+
+def test_bare_cuda_resolves_to_the_ranks_gpu(monkeypatch):
+    from deepgen_rl.rewards.clip_sim import resolve_device
+
+    _fake_gpus(monkeypatch)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    monkeypatch.delenv("CLIP_DEVICE", raising=False)
+    assert resolve_device("cuda") == torch.device("cuda", 5)
+    assert resolve_device("cuda:2") == torch.device("cuda", 2)  # an explicit index is kept
+    monkeypatch.setenv("CLIP_DEVICE", "cuda")
+    assert resolve_device(None) == torch.device("cuda", 5)
+    monkeypatch.delenv("LOCAL_RANK")
+    _fake_gpus(monkeypatch, current=3)
+    assert resolve_device("cuda") == torch.device("cuda", 3)  # no torchrun: the current device
+    monkeypatch.delenv("CLIP_DEVICE")
+    assert resolve_device(None) == torch.device("cpu")
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_device("cuda:9")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="CLIP_DEVICE"):
+        resolve_device("cuda")
+
+
+def test_cuda_device_pinned_at_construction_and_inputs_follow_the_weights(clip_dir, monkeypatch):
+    """Rank 3 of 8 asks for CLIP_DEVICE=cuda: the model goes to cuda:3 (not "cuda", which a reward worker thread
+    would read as cuda:0), and score() sends its inputs to wherever the weights are (here the mocked move leaves
+    them on the CPU), giving the CPU scores."""
+    from transformers import CLIPModel
+
+    cpu_reward = get_reward("clip_sim", model_name_or_path=clip_dir, device="cpu")
+    imgs, prompts = images(3), ["a photo of a red cat", "a dog", "w1 w2"]
+    expected, _, _ = cpu_reward.score(imgs, prompts, [{}] * 3)
+    moves = []
+
+    def fake_to(self, *args, **kwargs):
+        moves.append(args[0] if args else kwargs.get("device"))
+        return self
+
+    _fake_gpus(monkeypatch)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("CLIP_DEVICE", "cuda")
+    monkeypatch.setattr(CLIPModel, "to", fake_to)
+    reward = get_reward("clip_sim", model_name_or_path=clip_dir)
+    assert [torch.device(m) for m in moves] == [torch.device("cuda", 3)]
+    scores, valid, _ = reward.score(imgs, prompts, [{}] * 3)
+    assert valid.all() and torch.equal(scores, expected)

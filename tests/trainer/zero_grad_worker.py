@@ -1,0 +1,148 @@
+"""torchrun worker (2 gloo processes): the gradient ONE GRPO update accumulates, under every DeepSpeed config, next to
+the no-DeepSpeed run's (the reference). Run by tests/trainer/test_zero_gradients.py; rank 0 prints one JSON line.
+
+For each config the same tiny model, rollout, rewards and SFT batches are used; the trainer's ``_optimizer_step`` is
+wrapped to read the full accumulated gradient just before the step (``deepspeed.utils.safe_get_full_grad``, which
+assembles ZeRO partitions; the reference all-reduces and averages ``p.grad`` itself). ``zero3_all`` is zero3.json with
+every parameter partitioned (persistence threshold 0, small buckets). Cases ending in ``_nan_last`` poison the LAST
+policy piece of the update (and turn the SFT term off), so the update ends with the trainer's zero-loss boundary
+backward. ``zero2_skip`` makes DeepSpeed report its step as not applied (as on an overflow);
+``*_bf16`` runs DeepSpeed's bf16 mode (bf16 module, fp32 masters in the optimizer).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from deepgen_rl.trainer import grpo_trainer, policy  # noqa: E402
+from deepgen_rl.trainer.deepspeed_utils import (fp32_master_state_dict, gathered_params,  # noqa: E402
+                                                 partitioned_fraction)
+from deepgen_rl.utils import dist  # noqa: E402
+from tests.trainer.helpers import DEMO_PROGRAMMATIC, ROOT, make_args, tiny_model  # noqa: E402
+
+DS = ROOT / "scripts/deepspeed"
+SFT_DEMO = str(ROOT / "assets/sftaux/demo.py")
+
+
+def zero3_all() -> dict:
+    cfg = json.loads((DS / "zero3.json").read_text())
+    cfg["zero_optimization"].update({"stage3_param_persistence_threshold": 0, "reduce_bucket_size": 1000,
+                                     "stage3_prefetch_bucket_size": 1000})
+    return cfg
+
+
+def one_update(name: str, ds_config, out: Path, *, nan_last: bool, skip: bool = False, bf16: bool = False) -> dict:
+    overrides = dict(max_steps=1, atrain_micro_batch_size=4, learning_rate=1e-3, ema_decay=0.5 if skip else 0.0)
+    if not nan_last:  # the SFT term (λ = 0.5) is the LAST backward of the update
+        overrides.update(sftaux_coef=0.5, sftaux_micro_batch_size=2)
+    args = make_args(out / name, **overrides)
+    args.deepspeed_config = ds_config or None  # a path or a dict (build_deepspeed_config reads both)
+    args.bf16 = bf16  # set after parsing: HF refuses --bf16 on a CPU-only machine; DeepSpeed's CPU path takes it
+    trainer = grpo_trainer.DeepGenGRPOTrainer(tiny_model(), args, dataset_config=DEMO_PROGRAMMATIC,
+                                              sftaux_dataset_config=None if nan_last else SFT_DEMO)
+    trainer._setup_optimization(1)
+    if skip:  # DeepSpeed reports the step as skipped (what an fp16/bf16 overflow does)
+        trainer.engine.was_step_applied = lambda: False
+        ema0 = {k: v.clone() for k, v in trainer.ema.items()}
+    trainer.state.global_step = 0
+    trainer._executor = ThreadPoolExecutor(max_workers=1)
+    result: dict = {}
+    step = trainer._optimizer_step
+
+    def capture(skip: bool):
+        grads = {}
+        for n, p in trainer.dit_module.named_parameters():
+            if trainer.engine is not None:
+                from deepspeed.utils import safe_get_full_grad
+
+                g = safe_get_full_grad(p).detach().float().clone()
+            else:
+                g = p.grad.detach().float().clone()
+                torch.distributed.all_reduce(g)
+                g /= dist.world_size()
+            grads[n] = g.reshape(-1)
+        result["grads"] = grads
+        if trainer.zero_stage == 3:
+            result["partitioned"] = partitioned_fraction(trainer.dit_module)
+        return step(skip)
+
+    trainer._optimizer_step = capture
+    orig_piece = policy.policy_piece_loss
+    pieces = {"n": 0}
+
+    def piece(tr, batch, advantages, mb, j):
+        loss, stats = orig_piece(tr, batch, advantages, mb, j)
+        pieces["n"] += 1
+        if nan_last and pieces["n"] == pieces["total"]:
+            loss = loss * float("nan")
+        return loss, stats
+
+    n_images = trainer.layout["images_per_rank"]
+    n_trained = max(1, round(args.timestep_fraction * args.num_inference_steps))
+    pieces["total"] = -(-n_images // args.atrain_micro_batch_size) * n_trained
+    grpo_trainer.policy_piece_loss = piece
+    try:
+        metrics = trainer.grpo_step(0)
+    finally:
+        grpo_trainer.policy_piece_loss = orig_piece
+        trainer._executor.shutdown(wait=True)
+    result["grad_norm"] = metrics["train/grad_norm"]
+    result["nonfinite"] = metrics["train/nonfinite_losses"]
+    result["pieces"] = pieces["n"]
+    if trainer.engine is not None:  # the fp32 masters that dit.safetensors and the EMA are taken from
+        masters = fp32_master_state_dict(trainer.dit_module, trainer.engine)
+        with gathered_params(trainer.dit_module, trainer.zero_stage):
+            live = {n: p.detach().float().clone() for n, p in trainer.dit_module.named_parameters()}
+            result["module_dtype"] = str(next(trainer.dit_module.parameters()).dtype)
+        result["master_vs_module"] = max(float((masters[n] - live[n]).abs().max()) for n in live)
+        result["master_bf16_vs_module"] = max(float((masters[n].bfloat16().float() - live[n]).abs().max())
+                                              for n in live)
+        result["master_keys_ok"] = set(masters) == set(trainer.dit_module.state_dict())
+    result["optimizer_steps"] = trainer.counters["optimizer_steps"]
+    result["skipped_updates"] = trainer.counters["skipped_updates"]
+    if skip:
+        result["ema_unchanged"] = all(torch.equal(ema0[k], trainer.ema[k]) for k in ema0)
+    return result
+
+
+def main():
+    names = sys.argv[1].split(",")
+    configs = {"none": "", "zero2": str(DS / "zero2.json"), "zero3": str(DS / "zero3.json"),
+               "zero3_offload": str(DS / "zero3_offload.json"), "zero3_sd3": str(DS / "zero3_sd3.json"),
+               "zero3_all": zero3_all(), "zero2_skip": str(DS / "zero2.json"),
+               "zero2_bf16": str(DS / "zero2.json"), "zero3_all_bf16": zero3_all()}
+    out = Path(tempfile.mkdtemp(prefix="zero_grad_"))
+    report = {}
+    for case in names:
+        base, nan_last = (case[: -len("_nan_last")], True) if case.endswith("_nan_last") else (case, False)
+        bf16 = base.endswith("_bf16")
+        ref_key = "none_nan_last" if nan_last else "none"
+        res = one_update(case, configs[base], out, nan_last=nan_last, skip=case.endswith("_skip"), bf16=bf16)
+        if case == ref_key:
+            ref = res
+        if dist.rank() != 0:
+            continue
+        rep = {k: res.get(k) for k in ("grad_norm", "nonfinite", "pieces", "partitioned", "optimizer_steps",
+                                       "skipped_updates", "ema_unchanged", "module_dtype", "master_vs_module",
+                                       "master_bf16_vs_module", "master_keys_ok")}
+        if case != ref_key and not case.endswith("_skip") and not bf16:
+            diff = max(float((res["grads"][n] - ref["grads"][n]).abs().max()) for n in ref["grads"])
+            scale = max(float(g.abs().max()) for g in ref["grads"].values())
+            full = torch.cat([ref["grads"][n] for n in ref["grads"]])
+            mine = torch.cat([res["grads"][n] for n in ref["grads"]])
+            rep.update(max_abs_diff=diff, ref_max_abs=scale, norm_ratio=float(mine.norm() / full.norm()))
+        report[case] = rep
+    if dist.rank() == 0:
+        print("ZERO_GRAD_REPORT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
