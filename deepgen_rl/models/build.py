@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .deepgen.checkpoint import LoadReport, load_checkpoint
+from deepgen_rl.checkpoints.sft import LoadReport, load_checkpoint
 from .deepgen.connector import ConnectorConfig
 from .deepgen.lora import apply_vlm_lora
 from .deepgen.model import PROMPT_TEMPLATE, DeepGen
@@ -94,16 +94,33 @@ def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, 
     return cfg
 
 
-def build_from_config(cfg: Mapping[str, Any]) -> DeepGen:
-    """Build a `DeepGen` from a resolved config dict (no checkpoint): every part via ``from_pretrained``."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
-    from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
-
+def check_model_paths(cfg: Mapping[str, Any]) -> tuple[str, str]:
+    """(lmm_path, sd3_path) of a resolved config after checking both folders; raises `ModelPathError`."""
     lmm_path = check_model_dir(cfg.get("lmm_path"), cfg.get("lmm_path_env"), LMM_EXPECTED)
     if not os.path.isfile(os.path.join(lmm_path, "config.json")):
         raise ModelPathError(f"{cfg.get('lmm_path_env') or 'lmm_path'}={lmm_path} has no config.json: "
                              f"expected {LMM_EXPECTED}")
     sd3_path = check_model_dir(cfg.get("sd3_path"), cfg.get("sd3_path_env"), SD3_EXPECTED, SD3_SUBFOLDERS)
+    return lmm_path, sd3_path
+
+
+def check_model_config(model_config: str) -> dict[str, Any]:
+    """Start-up check without building anything: the config parses, its model folders and its
+    ``default_checkpoint`` exist. Returns the resolved config."""
+    cfg = _config_dict(model_config, {})
+    check_model_paths(cfg)
+    ckpt = cfg.get("default_checkpoint")
+    if ckpt and not os.path.exists(ckpt):
+        raise ModelPathError(f"{model_config}: default_checkpoint {ckpt} does not exist")
+    return cfg
+
+
+def build_from_config(cfg: Mapping[str, Any]) -> DeepGen:
+    """Build a `DeepGen` from a resolved config dict (no checkpoint): every part via ``from_pretrained``."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+    from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
+
+    lmm_path, sd3_path = check_model_paths(cfg)
     dtype = resolve_dtype(cfg.get("dtype", "bfloat16"))
     vae_dtype = resolve_dtype(cfg.get("vae_dtype") or dtype)
 

@@ -5,7 +5,7 @@
     python scripts/utils/rlckpt_to_sftckpt.py --rl_checkpoint OUTPUT_DIR/checkpoint-100 --output deepgen_rl.pth \\
         --base_checkpoint $CHECKPOINT --use_ema --dtype bf16
 
-The DiT is read with ``deepgen_rl.utils.checkpoint_io.load_dit_state_dict``: ``dit.safetensors`` (or
+The DiT is read with ``deepgen_rl.checkpoints.rl_format.load_dit_state_dict``: ``dit.safetensors`` (or
 ``ema_dit.safetensors`` with ``--use_ema``), else the DeepSpeed ZeRO shards under ``deepspeed/``, consolidated on CPU.
 
 Without ``--base_checkpoint`` the output holds only the DiT. With it, the output is the full SFT checkpoint: every
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout without `pip install -e`
-from deepgen_rl.models.deepgen.checkpoint import read_checkpoint  # noqa: E402  (the reader build_model uses)
-from deepgen_rl.utils.checkpoint_io import (  # noqa: E402
+from deepgen_rl.checkpoints.sft import read_checkpoint  # noqa: E402  (the reader build_model uses)
+from deepgen_rl.checkpoints.rl_format import (  # noqa: E402
     SFT_DIT_PREFIX,
     atomic_torch_save,
     dit_source,

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from tests.models.paths import REAL_CONFIG, REPO, TINY_CONFIG
 from deepgen_rl.models import ModelPathError, build_model
-from deepgen_rl.models.deepgen.checkpoint import (CheckpointKeyError, export_sft_state_dict, load_checkpoint,
+from deepgen_rl.checkpoints.sft import (CheckpointKeyError, export_sft_state_dict, load_checkpoint,
                                                   to_installed_key, to_legacy_layout)
 from deepgen_rl.models.tiny import PRESETS, make_tiny_deepgen
 

@@ -25,7 +25,7 @@ from typing import Iterable, Mapping
 import torch
 from torch import nn
 
-from deepgen_rl.utils.checkpoint_io import DIT_FILE
+from deepgen_rl.checkpoints.rl_format import DIT_FILE
 
 logger = logging.getLogger(__name__)
 
