@@ -134,6 +134,12 @@ def preflight(model_args, data_args, args) -> None:
             raise SetupError(f"--deepspeed {args.deepspeed_config}: not valid JSON ({e})") from None
     if int(os.environ.get("RANK", 0)) == 0:
         check_output_dir(args.output_dir, _resume_arg(args), args.overwrite_output_dir)
+        if args.resume_from_checkpoint:  # an explicit checkpoint must be whole: say so before the model loads
+            from deepgen_rl.checkpoints.training_state import ResumeError, validate_resume_path
+
+            problem = validate_resume_path(args.resume_from_checkpoint)
+            if problem:
+                raise ResumeError(problem)
 
 
 def _one_line(e: BaseException) -> str:

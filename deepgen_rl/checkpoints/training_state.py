@@ -150,6 +150,20 @@ def validate_checkpoint(path: str | os.PathLike) -> dict:
     return meta
 
 
+def validate_resume_path(resume) -> str | None:
+    """None if ``--resume_from_checkpoint resume`` can be resumed, else the one-line reason naming the file."""
+    path = Path(resume)
+    try:
+        validate_checkpoint(path)
+    except FileNotFoundError as e:
+        return (f"--resume_from_checkpoint {path}: not a complete checkpoint ({e}; partial '.tmp' checkpoints are "
+                "never resumed)")
+    except CheckpointCorrupt as e:
+        return (f"--resume_from_checkpoint {path}: {e}; pass an older checkpoint, or drop the flag to auto-resume "
+                "from the newest readable one")
+    return None
+
+
 def _decide_resume(output_dir, resume) -> dict:
     """Rank 0's resume decision as JSON: {"path": str|None, "warnings": [str], "error": str|None}."""
     out = Path(output_dir)
@@ -157,18 +171,8 @@ def _decide_resume(output_dir, resume) -> dict:
     if resume in (False, "no", "false", "False"):
         return {"path": None, "warnings": warnings, "error": None}
     if resume not in (None, True, "auto", "true", "True", ""):
-        path = Path(resume)
-        try:
-            validate_checkpoint(path)
-        except FileNotFoundError as e:
-            return {"path": None, "warnings": warnings, "error": (
-                f"--resume_from_checkpoint {path}: not a complete checkpoint ({e}; partial '.tmp' checkpoints are "
-                "never resumed)")}
-        except CheckpointCorrupt as e:
-            return {"path": None, "warnings": warnings, "error": (
-                f"--resume_from_checkpoint {path}: {e}; pass an older checkpoint, or drop the flag to auto-resume "
-                "from the newest readable one")}
-        return {"path": str(path), "warnings": warnings, "error": None}
+        error = validate_resume_path(resume)
+        return {"path": None if error else str(resume), "warnings": warnings, "error": error}
     ckpt.remove_stale_tmp(out)
     chosen = None
     for folder in reversed(ckpt.checkpoint_dirs(out)):
