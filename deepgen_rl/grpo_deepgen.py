@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import yaml
@@ -118,6 +119,9 @@ def preflight(model_args, data_args, args) -> None:
 
         try:
             load_eval_config(data_args.eval_dataset_config)
+        except FileNotFoundError as e:
+            raise SetupError(f"--eval_dataset_config: {e} (EVAL_DATASET_CONFIG in train.sh; empty disables "
+                             "evaluation)") from None
         except yaml.YAMLError as e:
             raise SetupError(f"--eval_dataset_config {data_args.eval_dataset_config}: not valid YAML "
                              f"({getattr(e, 'problem', None) or e})") from None
@@ -158,6 +162,8 @@ SETUP_ERRORS = (SetupError, OSError, ValueError, KeyError, TypeError, yaml.YAMLE
 
 
 def main(argv=None):
+    # transformers warns on every parse that TrainingArguments' field name will change in v6: noise before any error
+    warnings.filterwarnings("ignore", message="`gradient_checkpointing` is deprecated", category=FutureWarning)
     try:
         model_args, data_args, args = parse_args(argv)
         preflight(model_args, data_args, args)
@@ -191,6 +197,8 @@ def main(argv=None):
         trainer.train(resume_from_checkpoint=_resume_arg(args))
     except ResumeError as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(trainer, args.output_dir)
     dist.barrier()
     if dist.is_dist():
         import torch.distributed as tdist
@@ -198,6 +206,21 @@ def main(argv=None):
         tdist.destroy_process_group()
     _final_line(trainer, getattr(trainer, "counters_at_start", {}))
     return trainer
+
+
+def _interrupted(trainer, output_dir) -> None:
+    """Ctrl-C: say where the run stands and exit at once (status 130). Reward requests still in flight (possibly
+    retrying a hung service for minutes, in threads a reward client may have started) are abandoned: ``os._exit``
+    skips the interpreter's join of worker threads. A checkpoint being written stays ``checkpoint-N.tmp`` and is
+    cleaned up on resume."""
+    from deepgen_rl.checkpoints.rl_format import latest_checkpoint
+
+    last = latest_checkpoint(output_dir)
+    print(f"{PROG}: interrupted at step {trainer.state.global_step}; last complete checkpoint: "
+          f"{last.name if last else 'none'} (rerun with the same --output_dir to resume)", file=sys.stderr, flush=True)
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(130)
 
 
 def _final_line(trainer, before: dict) -> None:
