@@ -123,8 +123,9 @@ def _deepspeed_tag(ds_dir: Path, meta: dict) -> str:
     raise FileNotFoundError(f"{ds_dir}: no 'latest' file and cannot choose a tag among {tags}")
 
 
-def load_deepspeed_dit_state_dict(ds_dir: str | os.PathLike, tag: str | None = None) -> dict[str, torch.Tensor]:
-    """Consolidate ZeRO-1/2/3 shards under ``ds_dir/<tag>`` into one fp32 state dict on CPU (no GPU needed)."""
+def consolidate_zero_checkpoint(ds_dir: str | os.PathLike, tag: str | None = None) -> dict[str, torch.Tensor]:
+    """Consolidate ZeRO-1/2/3 shards under ``ds_dir/<tag>`` into one fp32 state dict on CPU (no GPU needed); the
+    keys are those of the module the engine wrapped (a ``module.`` prefix is stripped)."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     state_dict = get_fp32_state_dict_from_zero_checkpoint(str(ds_dir), tag=tag)
@@ -151,7 +152,7 @@ def load_dit_state_dict(checkpoint_dir: str | os.PathLike, use_ema: bool = False
         return strip_prefix(load_file(str(dit_path), device="cpu"))
     ds_dir = checkpoint_dir / DEEPSPEED_DIR
     if ds_dir.is_dir():
-        return load_deepspeed_dit_state_dict(ds_dir, _deepspeed_tag(ds_dir, meta))
+        return consolidate_zero_checkpoint(ds_dir, _deepspeed_tag(ds_dir, meta))
     raise FileNotFoundError(f"{checkpoint_dir}: neither {DIT_FILE} nor {DEEPSPEED_DIR}/ found")
 
 

@@ -26,7 +26,7 @@ import torch
 from transformers import TrainerState
 
 from deepgen_rl.checkpoints import rl_format as ckpt
-from deepgen_rl.checkpoints.rl_format import (DEEPSPEED_DIR, DIT_FILE, EMA_DIT_FILE, META_FILE, CheckpointCorrupt,
+from deepgen_rl.checkpoints.rl_format import (DEEPSPEED_DIR, DIT_FILE, EMA_DIT_FILE, CheckpointCorrupt,
                                               read_json_file, read_torch_file)
 from deepgen_rl.trainer.deepspeed_utils import gathered_params
 from deepgen_rl.utils import dist

@@ -203,7 +203,7 @@ def _train_tokenizer():
 
 def _write_sft_checkpoint(paths: dict[str, str], deepgen_cfg: dict[str, Any], seed: int) -> None:
     """Checkpoint in the DeepGen SFT layout with every non-base tensor random (so each key matters)."""
-    from .build import build_from_config
+    from .assemble import build_from_config
     from deepgen_rl.checkpoints.sft import export_sft_state_dict
 
     cfg = dict(deepgen_cfg, lmm_path=paths["qwen"], sd3_path=paths["sd3"], dtype="float32", init_seed=seed + 3)
