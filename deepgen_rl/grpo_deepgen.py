@@ -61,6 +61,7 @@ def parse_args(argv=None):
     YAML given with ``--config``; raises :class:`SetupError` / ValueError with a one-line message."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _Parser((ModelArguments, DataArguments, GRPOConfig), prog=PROG)
+    path = None
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
@@ -72,17 +73,17 @@ def parse_args(argv=None):
         if unknown:
             raise SetupError(f"--config {path}: unknown key(s) {unknown} (keys are flag names without '--'; see "
                              "--help)")
-        try:
-            return parser.parse_args_and_config(args=argv)
-        except SetupError as e:
-            raise SetupError(f"{e} (with --config {path})") from None
     try:
+        if "--config" in argv:
+            return parser.parse_args_and_config(args=argv)
         return parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as e:
+    except ValueError as e:  # SetupError too
         msg = str(e)
         if msg.startswith("Some specified arguments are not used"):  # HfArgumentParser's unknown-flag message
-            raise SetupError(f"unrecognized arguments: {msg.split(':', 1)[1].strip()} (see --help)") from None
-        raise
+            msg = f"unrecognized arguments: {msg.split(':', 1)[1].strip()} (see --help)"
+        elif not isinstance(e, SetupError) and "--config" not in argv:
+            raise
+        raise SetupError(msg + (f" (with --config {path})" if "--config" in argv else "")) from None
 
 
 def _resume_arg(args):

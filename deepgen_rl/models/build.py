@@ -72,7 +72,8 @@ def build_model(model_config: str | Mapping[str, Any], checkpoint: str | Sequenc
     model_config: path of e.g. ``configs/models/deepgen_sd35m_qwen25vl3b.py`` (real, paths from
         ``$QWEN2_5_VL_MODEL_NAME_OR_PATH`` / ``$SD3_5_MODEL_NAME_OR_PATH``) or ``configs/models/deepgen_tiny.py``
         (tiny random model, created once in `tiny.tiny_dir()`), or an already-parsed dict.
-    checkpoint: a DeepGen SFT ``.pth`` (keys in the transformers-4.51 layout are mapped), a ``.safetensors``, or a
+    checkpoint: a DeepGen SFT ``.pth`` (transformers-4.56 keys; the older 4.51 layout is mapped), the SFT training's
+        DeepSpeed ``iter_N.pth/`` folder (consolidated on CPU), a ``.safetensors``, or a
         ``deepgen_rl.checkpoint.v1`` directory (its ``dit.safetensors`` replaces the DiT); a list loads in order,
         after the config's ``default_checkpoint``.
     overrides: replace top-level config values (``max_prompt_tokens=…``, ``dtype="float32"``,

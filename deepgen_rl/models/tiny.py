@@ -6,8 +6,9 @@
     out_dir/sd3/transformer/   SD3Transformer2DModel
     out_dir/sd3/vae/           AutoencoderKL (x8, 16 latent channels, SD3 scaling/shift)
     out_dir/sd3/scheduler/     FlowMatchEulerDiscreteScheduler(shift=3.0)
-    out_dir/deepgen_tiny.pth   DeepGen SFT-layout checkpoint (transformers-4.51 keys: VLM LoRA, connector,
-                               projectors with non-zero projector_2/3, meta_queries, transformer.*)
+    out_dir/deepgen_tiny.pth   DeepGen SFT-layout checkpoint (VLM LoRA, connector, projectors with non-zero
+                               projector_2/3, meta_queries, transformer.*), in the older transformers-4.51 key
+                               layout so that every load exercises the key map
 
 so that ``configs/models/deepgen_tiny.py`` loads it through the same ``from_pretrained`` path as the real model.
 Everything is a function of (preset, seed). `ensure_tiny_deepgen()` builds it once into `tiny_dir()`.
