@@ -95,6 +95,19 @@ def read_torch_file(path: str | os.PathLike, mmap: bool = False):
                                 ) from None
 
 
+def check_torch_zip(path: str | os.PathLike) -> None:
+    """Raise :class:`CheckpointCorrupt` unless ``path`` is a whole ``torch.save`` zip archive (its central directory,
+    at the end of the file, reads). For files we do not unpickle ourselves (DeepSpeed's shards); cheap at any size."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            if not z.namelist():
+                raise ValueError("empty archive")
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise CheckpointCorrupt(path, f"not a whole torch.save archive ({e})") from None
+
+
 def read_json_file(path: str | os.PathLike):
     """JSON content of ``path``; an unreadable file raises :class:`CheckpointCorrupt`."""
     try:

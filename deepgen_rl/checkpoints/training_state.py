@@ -141,10 +141,11 @@ def validate_checkpoint(path: str | os.PathLike) -> dict:
             ckpt.check_safetensors(path / name)
     torch_files = [path / n for n in ("optimizer.pt", "scheduler.pt", "sftaux_state.pt") if (path / n).is_file()]
     torch_files += sorted(path.glob("rng_state_rank*.pt"))
-    if (path / DEEPSPEED_DIR).is_dir():
-        torch_files += sorted(f for f in (path / DEEPSPEED_DIR).rglob("*.pt") if f.is_file())
-    for f in torch_files:
+    for f in torch_files:  # ours: read as the resume reads them (weights only), memory-mapped
         read_torch_file(f, mmap=True)
+    if (path / DEEPSPEED_DIR).is_dir():  # DeepSpeed's: whole archives (DeepSpeed itself unpickles them on load)
+        for f in sorted(f for f in (path / DEEPSPEED_DIR).rglob("*.pt") if f.is_file()):
+            ckpt.check_torch_zip(f)
     if not (path / DIT_FILE).is_file() and not (path / DEEPSPEED_DIR).is_dir():
         raise CheckpointCorrupt(path / DIT_FILE, "missing (and no deepspeed/ shards)")
     return meta

@@ -85,3 +85,23 @@ def test_one_ctrl_c_stops_training_while_a_reward_request_hangs(tmp_path):
     log = (out / "logs" / "0.log").read_text()
     assert "deepgen_rl: interrupted at step 0; last complete checkpoint: none" in log  # the tee kept the last line
     assert not list(out.glob("checkpoint-*"))  # nothing half-written left as a checkpoint
+
+
+def test_daemon_executor_never_holds_up_exit():
+    from deepgen_rl.trainer.reward_workers import DaemonExecutor
+
+    release = threading.Event()
+    pool = DaemonExecutor(max_workers=1, thread_name_prefix="t")
+    running = pool.submit(release.wait, 30)
+    queued = pool.submit(lambda: 1)
+    assert pool.submit(lambda x: x * 2, 21) is not None
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert time.monotonic() - t0 < 0.5
+    assert queued.cancelled() and not running.done()
+    assert all(t.daemon for t in pool._threads)  # the interpreter does not join them at exit
+    release.set()
+    assert running.result(timeout=5) is True
+    with pytest.raises(RuntimeError):
+        pool.submit(lambda: 0)
