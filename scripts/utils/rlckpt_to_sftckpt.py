@@ -8,6 +8,8 @@
 The DiT is read with ``deepgen_rl.checkpoints.rl_format.load_dit_state_dict``: ``dit.safetensors`` (or
 ``ema_dit.safetensors`` with ``--use_ema``), else the DeepSpeed ZeRO shards under ``deepspeed/``, consolidated on CPU.
 
+``--base_checkpoint`` is read by ``deepgen_rl.checkpoints.sft.read_checkpoint`` (the reader ``build_model`` uses): a
+``.pth``, or the SFT training's raw DeepSpeed folder ``iter_N.pth/``, whose ZeRO shards are consolidated on CPU.
 Without ``--base_checkpoint`` the output holds only the DiT. With it, the output is the full SFT checkpoint: every
 non-DiT tensor (VLM LoRA, connector, projectors, meta_queries, ...) is copied from the base and every ``transformer.*``
 tensor comes from the RL checkpoint; if the base has DiT tensors their key set and shapes must match the RL DiT.
@@ -92,7 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rl_checkpoint", required=True, help="OUTPUT_DIR/checkpoint-N (format deepgen_rl.checkpoint.v1)")
     parser.add_argument("--output", required=True, help="output .pth path")
     parser.add_argument("--base_checkpoint", default=None,
-                        help="DeepGen SFT .pth to merge into (keeps its VLM LoRA, connector, projectors, meta_queries)")
+                        help="DeepGen SFT .pth (or the SFT training's DeepSpeed iter_N.pth/ folder, consolidated on "
+                             "CPU) to merge into (keeps its VLM LoRA, connector, projectors, meta_queries)")
     parser.add_argument("--use_ema", action="store_true", help="take the DiT from ema_dit.safetensors")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                         help="cast every floating tensor of the output (default: DiT fp32, base tensors unchanged)")
