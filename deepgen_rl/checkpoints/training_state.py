@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import TrainerState
 
 from deepgen_rl.checkpoints import rl_format as ckpt
 from deepgen_rl.checkpoints.rl_format import (DEEPSPEED_DIR, DIT_FILE, EMA_DIT_FILE, CheckpointCorrupt,
@@ -293,6 +292,8 @@ def load_training_checkpoint(trainer, path: Path) -> int:
     if trainer.sftaux is not None and (path / "sftaux_state.pt").is_file():
         trainer.sftaux.load_state_dict(read_torch_file(path / "sftaux_state.pt"))
     trainer.counters.update(read_json_file(path / "counters.json"))
+    from transformers import TrainerState  # here, not at import: the resume decision alone needs no transformers
+
     trainer.state = TrainerState.load_from_json(str(path / "trainer_state.json"))
     trainer.state.global_step = step
     if rank == 0:
