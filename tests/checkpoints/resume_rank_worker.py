@@ -22,12 +22,9 @@ def main():
     output_dir, result = sys.argv[1], sys.argv[2]
     tdist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = tdist.get_rank()
-    try:
-        from deepgen_rl.checkpoints import rl_format as fmt
-        from deepgen_rl.checkpoints.training_state import find_resume_checkpoint
-    except ImportError:  # the layout before checkpoints had one home
-        from deepgen_rl.trainer import checkpointing as fmt
-        from deepgen_rl.trainer.checkpoint_io import find_resume_checkpoint
+    from deepgen_rl.checkpoints import rl_format as fmt
+    from deepgen_rl.checkpoints.training_state import find_resume_checkpoint
+
     slow = fmt.remove_stale_tmp
 
     def slow_cleanup(out):
