@@ -7,6 +7,7 @@ Defaults are the DeepGen-RL recipe (docs/recipe.md: every flag of the original, 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
@@ -15,6 +16,10 @@ SAMPLERS = ("cps_sde", "flowgrpo_sde", "dance_sde")
 ADV_TYPES = ("gdpo", "grpo", "grpo_global_std", "reinforcepp")
 KL_TYPES = ("v-based", "x-based")
 ALGORITHMS = ("flowgrpo", "grpoguard", "diffusionnft")
+# float flags that must be finite (a NaN passes every ">" check and poisons the run silently)
+FINITE_FLOATS = ("learning_rate", "weight_decay", "max_grad_norm", "cfg_scale", "sde_eta", "beta",
+                 "clip_range", "adv_clip_max", "timestep_fraction", "diffusionnft_beta", "ema_decay", "sftaux_coef",
+                 "save_steps", "logging_steps", "debug_checkpoint_delay_s")
 
 
 @dataclass
@@ -102,6 +107,9 @@ class GRPOConfig(TrainingArguments):
         default=True, metadata={"help": "resume from the newest complete checkpoint in output_dir if there is one"})
     debug_checkpoint_delay_s: float = field(
         default=0.0, metadata={"help": "testing only: sleep while a checkpoint is half written"})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "with --no_auto_resume: move another run's checkpoints in output_dir aside "
+                                         "(into previous_run_<time>/) instead of refusing to start"})
 
     def __post_init__(self):
         # DeepSpeed is driven by the GRPO trainer itself (explicit accumulation boundary, one step per rollout), so
@@ -123,9 +131,19 @@ class GRPOConfig(TrainingArguments):
         if self.atrain_algorithm in ("grpoguard", "diffusionnft") and self.atrain_num_actor_update_steps != 1:
             raise ValueError(f"--atrain_algorithm {self.atrain_algorithm} needs --atrain_num_actor_update_steps 1 "
                              "(its old-policy terms are taken from the weights that sampled the rollout)")
+        for name in FINITE_FLOATS:
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(float(value)):
+                raise ValueError(f"--{name} must be a finite number, got {value}")
         from deepgen_rl.rl.samplers import check_eta
 
-        check_eta(self.atrain_sde_sampler, self.sde_eta)
+        try:
+            check_eta(self.atrain_sde_sampler, self.sde_eta)
+        except ValueError as e:
+            raise ValueError(f"--sde_eta {self.sde_eta} is invalid for --atrain_sde_sampler "
+                             f"{self.atrain_sde_sampler}: {e}") from None
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}")
         if not self.clip_range > 0 or not self.adv_clip_max > 0:
             raise ValueError("--clip_range and --adv_clip_max must be > 0")
         if self.sde_window_size < 0:
@@ -151,8 +169,15 @@ class GRPOConfig(TrainingArguments):
                      "atrain_num_actor_update_steps", "sftaux_every_n_steps", "sftaux_micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1")
-        if self.image_height % 16 or self.image_width % 16:
-            raise ValueError("--image_height/--image_width must be multiples of 16 (VAE x8, DiT patch 2)")
+        if self.image_height % 16 or self.image_width % 16 or self.image_height < 16 or self.image_width < 16:
+            raise ValueError(f"--image_height/--image_width must be positive multiples of 16 (VAE x8, DiT patch 2), "
+                             f"got {self.image_height}x{self.image_width}")
+        if self.rollout_n < 2:
+            raise ValueError(f"--rollout_n must be >= 2, got {self.rollout_n}: GRPO advantages compare the images of "
+                             "one prompt, so a group of one gives every image advantage 0 and trains nothing")
+        if self.num_inference_steps < 2:
+            raise ValueError(f"--num_inference_steps must be >= 2, got {self.num_inference_steps}: the last "
+                             "denoising step is never stochastic, so with one step no step is trained")
         try:
             kwargs = json.loads(self.reward_kwargs or "{}")
         except json.JSONDecodeError as e:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from deepgen_rl.trainer.checkpointing import latest_checkpoint
+from deepgen_rl.checkpoints.rl_format import latest_checkpoint
 from deepgen_rl.trainer.visuals import make_grid
 
 DEFAULT_PROMPTS = ["A red apple on a wooden table", "A shop sign that says \"OPEN\"",

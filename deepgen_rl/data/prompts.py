@@ -123,7 +123,10 @@ def _parse_rewards(raw, where: str) -> dict[str, float]:
     for name, weight in items:
         if name in weights:
             raise ValueError(f"{where}: reward {name!r} listed twice")
-        weight = float(weight)
+        try:
+            weight = float(weight)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: reward {name!r} weight must be a number, got {weight!r}") from None
         if not math.isfinite(weight) or weight < 0:
             raise ValueError(f"{where}: reward {name!r} weight must be a finite number >= 0, got {weight}")
         weights[str(name)] = weight
@@ -140,14 +143,24 @@ def load_train_config(yaml_path: str | os.PathLike) -> TrainDataConfig:
     yaml_path = Path(yaml_path)
     if not yaml_path.is_file():
         raise FileNotFoundError(f"dataset config not found: {yaml_path} (set DATASET_CONFIG or --dataset_config)")
-    with yaml_path.open(encoding="utf-8") as f:
-        raw = yaml.safe_load(f) or {}
+    try:
+        with yaml_path.open(encoding="utf-8") as f:
+            raw = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{yaml_path}: not valid YAML{at} ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{yaml_path}: expected a mapping with a 'datasets' list, got {type(raw).__name__}")
     mode = raw.get("sampling_mode", "sample_proportional")
     if mode not in SAMPLING_MODES:
         raise ValueError(f"{yaml_path}: sampling_mode must be one of {SAMPLING_MODES}, got {mode!r}")
     entries = raw.get("datasets")
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{yaml_path}: 'datasets' must be a non-empty list")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "path" not in entry:
+            raise ValueError(f"{yaml_path}: datasets[{i}] must be a mapping with 'name', 'path' and 'rewards'")
     missing = []
     for entry in entries:
         p = yaml_path.parent / str(entry.get("path", ""))
@@ -165,7 +178,10 @@ def load_train_config(yaml_path: str | os.PathLike) -> TrainDataConfig:
         if not name or name in names:
             raise ValueError(f"{where}: needs a unique 'name' (got {name!r})")
         names.add(name)
-        weight = float(entry.get("sample_weight", 1.0))
+        try:
+            weight = float(entry.get("sample_weight", 1.0))
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: sample_weight must be a number, got {entry.get('sample_weight')!r}") from None
         if not math.isfinite(weight) or weight <= 0:
             raise ValueError(f"{where}: sample_weight must be > 0, got {weight}")
         path = yaml_path.parent / str(entry["path"])

@@ -6,8 +6,9 @@
     out_dir/sd3/transformer/   SD3Transformer2DModel
     out_dir/sd3/vae/           AutoencoderKL (x8, 16 latent channels, SD3 scaling/shift)
     out_dir/sd3/scheduler/     FlowMatchEulerDiscreteScheduler(shift=3.0)
-    out_dir/deepgen_tiny.pth   DeepGen SFT-layout checkpoint (transformers-4.51 keys: VLM LoRA, connector,
-                               projectors with non-zero projector_2/3, meta_queries, transformer.*)
+    out_dir/deepgen_tiny.pth   DeepGen SFT-layout checkpoint (VLM LoRA, connector, projectors with non-zero
+                               projector_2/3, meta_queries, transformer.*), in the older transformers-4.51 key
+                               layout so that every load exercises the key map
 
 so that ``configs/models/deepgen_tiny.py`` loads it through the same ``from_pretrained`` path as the real model.
 Everything is a function of (preset, seed). `ensure_tiny_deepgen()` builds it once into `tiny_dir()`.
@@ -203,8 +204,8 @@ def _train_tokenizer():
 
 def _write_sft_checkpoint(paths: dict[str, str], deepgen_cfg: dict[str, Any], seed: int) -> None:
     """Checkpoint in the DeepGen SFT layout with every non-base tensor random (so each key matters)."""
-    from .build import build_from_config
-    from .deepgen.checkpoint import export_sft_state_dict
+    from .assemble import build_from_config
+    from deepgen_rl.checkpoints.sft import export_sft_state_dict
 
     cfg = dict(deepgen_cfg, lmm_path=paths["qwen"], sd3_path=paths["sd3"], dtype="float32", init_seed=seed + 3)
     model = build_from_config(cfg)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -27,11 +27,11 @@ from deepgen_rl.rewards import compute_weighted_rewards, get_reward
 from deepgen_rl.rl.advantages import compute_advantages
 from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask, trained_step_indices
 from deepgen_rl.rollout import expand_groups, rollout
-from deepgen_rl.trainer import checkpointing as ckpt
 from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_from_state,
                                                  dit_hidden_size, fp32_master_params, partitioned_fraction)
 from deepgen_rl.trainer.policy import policy_piece_loss
+from deepgen_rl.trainer.reward_workers import DaemonExecutor
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
 from deepgen_rl.utils.seeding import make_generator
@@ -195,7 +195,7 @@ class DeepGenGRPOTrainer(Trainer):
         if self.rank == 0 and "swanlab" in (args.report_to or []):
             init_swanlab(args)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
-        self._executor = ThreadPoolExecutor(max_workers=max(1, args.reward_workers), thread_name_prefix="reward")
+        self._executor = DaemonExecutor(max_workers=max(1, args.reward_workers), thread_name_prefix="reward")
         self.history: list[dict] = []
         try:
             if args.eval_at_start and start_step == 0:
@@ -213,8 +213,8 @@ class DeepGenGRPOTrainer(Trainer):
                 self._maybe_eval(step + 1)
                 if self.control.should_training_stop:
                     break
-            if self.state.global_step and not ckpt.final_dir_for(args.output_dir, self.state.global_step).exists():
-                self.save_checkpoint(self.state.global_step)
+            if self.state.global_step and self._saved_step != self.state.global_step:
+                self.save_checkpoint(self.state.global_step)  # the final weights, always (a stale folder is replaced)
         except BaseException:
             # Ctrl-C or a crash: do not wait for pending reward requests (they may be retrying a dead service)
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -498,14 +498,20 @@ class DeepGenGRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, step: int) -> Path:
-        from deepgen_rl.trainer.checkpoint_io import save_training_checkpoint
+        from deepgen_rl.checkpoints.training_state import save_training_checkpoint
 
-        return save_training_checkpoint(self, step)
+        path = save_training_checkpoint(self, step)
+        self._saved_step = step
+        return path
 
     def _maybe_resume(self, resume_from_checkpoint) -> int:
-        from deepgen_rl.trainer.checkpoint_io import find_resume_checkpoint, load_training_checkpoint
+        from deepgen_rl.checkpoints.training_state import (find_resume_checkpoint, load_training_checkpoint,
+                                                           truncate_metrics)
 
         path = find_resume_checkpoint(self.args.output_dir, resume_from_checkpoint)
-        if path is None:
-            return 0
-        return load_training_checkpoint(self, path)
+        step = 0 if path is None else load_training_checkpoint(self, path)
+        self._saved_step = step  # the weights of `step` are on disk (in `path`) or there is nothing to save yet
+        self.counters_at_start = dict(self.counters)  # this run's own updates = counters - these
+        if self.rank == 0:
+            truncate_metrics(self.args.output_dir, step)  # steps after `step` are redone: never logged twice
+        return step

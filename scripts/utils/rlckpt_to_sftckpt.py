@@ -5,9 +5,11 @@
     python scripts/utils/rlckpt_to_sftckpt.py --rl_checkpoint OUTPUT_DIR/checkpoint-100 --output deepgen_rl.pth \\
         --base_checkpoint $CHECKPOINT --use_ema --dtype bf16
 
-The DiT is read with ``deepgen_rl.utils.checkpoint_io.load_dit_state_dict``: ``dit.safetensors`` (or
+The DiT is read with ``deepgen_rl.checkpoints.rl_format.load_dit_state_dict``: ``dit.safetensors`` (or
 ``ema_dit.safetensors`` with ``--use_ema``), else the DeepSpeed ZeRO shards under ``deepspeed/``, consolidated on CPU.
 
+``--base_checkpoint`` is read by ``deepgen_rl.checkpoints.sft.read_checkpoint`` (the reader ``build_model`` uses): a
+``.pth``, or the SFT training's raw DeepSpeed folder ``iter_N.pth/``, whose ZeRO shards are consolidated on CPU.
 Without ``--base_checkpoint`` the output holds only the DiT. With it, the output is the full SFT checkpoint: every
 non-DiT tensor (VLM LoRA, connector, projectors, meta_queries, ...) is copied from the base and every ``transformer.*``
 tensor comes from the RL checkpoint; if the base has DiT tensors their key set and shapes must match the RL DiT.
@@ -27,8 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from a checkout without `pip install -e`
-from deepgen_rl.models.deepgen.checkpoint import read_checkpoint  # noqa: E402  (the reader build_model uses)
-from deepgen_rl.utils.checkpoint_io import (  # noqa: E402
+from deepgen_rl.checkpoints.sft import read_checkpoint  # noqa: E402  (the reader build_model uses)
+from deepgen_rl.checkpoints.rl_format import (  # noqa: E402
     SFT_DIT_PREFIX,
     atomic_torch_save,
     dit_source,
@@ -92,7 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rl_checkpoint", required=True, help="OUTPUT_DIR/checkpoint-N (format deepgen_rl.checkpoint.v1)")
     parser.add_argument("--output", required=True, help="output .pth path")
     parser.add_argument("--base_checkpoint", default=None,
-                        help="DeepGen SFT .pth to merge into (keeps its VLM LoRA, connector, projectors, meta_queries)")
+                        help="DeepGen SFT .pth (or the SFT training's DeepSpeed iter_N.pth/ folder, consolidated on "
+                             "CPU) to merge into (keeps its VLM LoRA, connector, projectors, meta_queries)")
     parser.add_argument("--use_ema", action="store_true", help="take the DiT from ema_dit.safetensors")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                         help="cast every floating tensor of the output (default: DiT fp32, base tensors unchanged)")

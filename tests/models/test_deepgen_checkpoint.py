@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from tests.models.paths import REAL_CONFIG, REPO, TINY_CONFIG
 from deepgen_rl.models import ModelPathError, build_model
-from deepgen_rl.models.deepgen.checkpoint import (CheckpointKeyError, export_sft_state_dict, load_checkpoint,
+from deepgen_rl.checkpoints.sft import (CheckpointKeyError, export_sft_state_dict, load_checkpoint,
                                                   to_installed_key, to_legacy_layout)
 from deepgen_rl.models.tiny import PRESETS, make_tiny_deepgen
 
@@ -275,3 +275,25 @@ def test_tiny_cache_creation_survives_a_race(tmp_path):
     with open(cache / "tiny" / "tiny_paths.json") as f:
         assert json.load(f)["builder"] in {r["pid"] for r in results}
     assert os.listdir(cache) == ["tiny"]  # the loser's temp folder is gone
+
+
+def test_no_import_circle_between_build_and_tiny():
+    """``build`` imports ``tiny`` (presets); ``tiny`` builds its SFT checkpoint through ``assemble``, never ``build``."""
+    import ast
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parents[2] / "deepgen_rl" / "models"
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((models / name).read_text())
+        out = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                out.add(("." * node.level) + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+        return out
+
+    assert ".tiny" in imported("build.py")
+    for name in ("tiny.py", "assemble.py"):
+        assert not {m for m in imported(name) if m.endswith("build") or m.endswith(".tiny")}, name

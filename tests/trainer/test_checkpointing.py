@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from deepgen_rl.trainer import checkpointing as ckpt
+from deepgen_rl.checkpoints import rl_format as ckpt
 
 
 def _write_tmp(out, step, payload="x", with_meta=False):
@@ -12,7 +12,7 @@ def _write_tmp(out, step, payload="x", with_meta=False):
     tmp.mkdir(parents=True)
     (tmp / "dit.safetensors").write_text(payload)
     if with_meta:
-        (tmp / ckpt.META).write_text(json.dumps({"format": ckpt.FORMAT, "global_step": step}))
+        (tmp / ckpt.META_FILE).write_text(json.dumps({"format": ckpt.CHECKPOINT_FORMAT, "global_step": step}))
     return tmp
 
 
@@ -23,7 +23,7 @@ def test_finalize_and_latest(tmp_path):
     (tmp_path / "checkpoint-12").mkdir()  # no meta: incomplete
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["checkpoint-1", "checkpoint-2", "checkpoint-10"]
     assert ckpt.latest_checkpoint(tmp_path).name == "checkpoint-10"
-    assert json.loads((tmp_path / "checkpoint-10" / ckpt.META).read_text())["format"] == ckpt.FORMAT
+    assert json.loads((tmp_path / "checkpoint-10" / ckpt.META_FILE).read_text())["format"] == ckpt.CHECKPOINT_FORMAT
 
 
 def test_rewriting_a_step_replaces_it(tmp_path):

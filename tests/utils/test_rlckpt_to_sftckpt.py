@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from deepgen_rl.models import build_model
-from deepgen_rl.models.deepgen.checkpoint import map_state_dict
+from deepgen_rl.checkpoints.sft import map_state_dict
 from deepgen_rl.models.tiny import ensure_tiny_deepgen
-from deepgen_rl.utils.checkpoint_io import atomic_torch_save, load_dit_state_dict
+from deepgen_rl.checkpoints.rl_format import atomic_torch_save, load_dit_state_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_CONFIG = str(ROOT / "configs/models/deepgen_tiny.py")

@@ -1,7 +1,7 @@
 """DeepGen 1.0: Qwen2.5-VL (frozen) → Stacked Channel Bridging → SD3.5-Medium DiT (trained in RL).
 
 Attribute names follow the DeepGen SFT checkpoint layout so its state dict loads through an explicit key map
-(`deepgen_rl.models.deepgen.checkpoint`). Build it with `deepgen_rl.models.build_model`, not by hand.
+(`deepgen_rl.checkpoints.sft`). Build it with `deepgen_rl.models.build_model`, not by hand.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""Loading DeepGen checkpoints: file formats and the transformers-4.51 -> installed-transformers key map.
+"""DeepGen SFT checkpoints: read (``.pth``, ``.safetensors``, the SFT training's raw DeepSpeed ZeRO folder, our RL
+checkpoint directories), key map, and export.
 
-DeepGen SFT checkpoints were written with transformers 4.51, where ``Qwen2_5_VLForConditionalGeneration`` held
-``visual`` and ``model`` (the text decoder) side by side. transformers >= 4.52 nests both under ``model``:
+DeepGen SFT checkpoints were written with transformers 4.56, whose ``Qwen2_5_VLForConditionalGeneration`` nests the
+text decoder and the vision tower under ``model`` — the layout of the installed transformers, so their keys load as
+they are (``lmm.model.language_model.layers.N…``, ``lmm.model.visual…``). Checkpoints from transformers 4.51 (decoder
+and vision tower side by side) still load; their keys are mapped:
 
     lmm.model.layers.N…        -> lmm.model.language_model.layers.N…
     lmm.model.embed_tokens…    -> lmm.model.language_model.embed_tokens…
@@ -12,6 +15,11 @@ DeepGen SFT checkpoints were written with transformers 4.51, where ``Qwen2_5_VLF
 PEFT spellings are normalised too: a ``lmm.base_model.model.`` wrapper prefix is dropped, adapter-less LoRA names
 (``lora_A.weight``, as in saved adapters) get the ``default`` adapter, and a base weight saved without
 ``base_layer`` lands on ``…base_layer.weight`` when the model carries a LoRA there.
+
+The SFT training (mmengine's DeepSpeed strategy) saves ``WORK_DIR/iter_N.pth/`` as a DeepSpeed checkpoint folder:
+``engine.save_checkpoint(WORK_DIR, tag="iter_N.pth")`` writes ``mp_rank_00_model_states.pt`` and one
+``*_optim_states.pt`` per rank into it. :func:`read_checkpoint` consolidates such a folder on CPU into one fp32 state
+dict (``deepspeed.utils.zero_to_fp32``, as for our RL checkpoints' ``deepspeed/`` shards), no GPU needed.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Iterable, Mapping
 import torch
 from torch import nn
 
-from deepgen_rl.utils.checkpoint_io import DIT_FILE
+from deepgen_rl.checkpoints.rl_format import DIT_FILE, META_FILE, consolidate_zero_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -84,23 +92,38 @@ def is_sft_key(key: str) -> bool:
     return not key.startswith("vae.") and not (key.startswith("lmm.") and ".lora_" not in key)
 
 
-def export_sft_state_dict(model: nn.Module, legacy: bool = True) -> dict[str, torch.Tensor]:
+def export_sft_state_dict(model: nn.Module, legacy: bool = False) -> dict[str, torch.Tensor]:
     """``model``'s SFT-checkpoint tensors (VLM LoRA, connector, projectors, meta_queries, transformer.*), detached
-    on CPU; ``legacy=True`` writes the transformers-4.51 key layout the original DeepGen code reads."""
+    on CPU, in the installed (transformers 4.56) key layout that DeepGen's own SFT checkpoints use and its evaluation
+    scripts load; ``legacy=True`` writes the transformers-4.51 layout instead."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items() if is_sft_key(k)}
     return to_legacy_layout(state) if legacy else state
 
 
+def is_zero_folder(path: str | os.PathLike) -> bool:
+    """True for a DeepSpeed checkpoint tag folder (``…model_states.pt`` inside), e.g. SFT training's ``iter_N.pth/``."""
+    return os.path.isdir(path) and any(name.endswith("model_states.pt") for name in os.listdir(path))
+
+
+def is_rl_checkpoint_dir(path: str | os.PathLike) -> bool:
+    return os.path.isdir(path) and (os.path.isfile(os.path.join(path, DIT_FILE))
+                                    or os.path.isfile(os.path.join(path, META_FILE)))
+
+
 def read_checkpoint(path: str) -> dict[str, torch.Tensor]:
-    """Raw state dict of ``path``: a ``.pth``/``.pt``/``.bin`` (optionally {"state_dict"|"module": …}), a
-    ``.safetensors`` file, or a ``deepgen_rl.checkpoint.v1`` directory (its ``dit.safetensors``, keys prefixed
-    with ``transformer.``)."""
+    """Raw state dict of ``path``: a ``.pth``/``.pt``/``.bin`` file (optionally {"state_dict"|"module": …}), a
+    ``.safetensors`` file, the SFT training's DeepSpeed ZeRO folder (``iter_N.pth/``, consolidated to fp32 on CPU),
+    or a ``deepgen_rl.checkpoint.v1`` directory (its ``dit.safetensors``, keys prefixed with ``transformer.``)."""
     from safetensors.torch import load_file
 
     if os.path.isdir(path):
+        if is_zero_folder(path) and not is_rl_checkpoint_dir(path):
+            parent, tag = os.path.split(os.path.normpath(path))
+            return consolidate_zero_checkpoint(parent, tag)
         dit = os.path.join(path, DIT_FILE)
         if not os.path.isfile(dit):
-            raise FileNotFoundError(f"checkpoint directory {path} has no {DIT_FILE}")
+            raise FileNotFoundError(f"checkpoint directory {path} has neither {DIT_FILE} (an RL checkpoint) nor "
+                                    "DeepSpeed *model_states.pt files (an SFT training's iter_N.pth/ folder)")
         return {f"transformer.{k}": v for k, v in load_file(dit).items()}
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint {path} does not exist")
@@ -161,7 +184,7 @@ def load_checkpoint(model: nn.Module, path: str) -> LoadReport:
     if bad_shapes:
         raise CheckpointKeyError(f"{path}: shape mismatch: {bad_shapes[:10]}")
     model.load_state_dict(mapped, strict=False)
-    expected = _expected_keys(own.keys(), dit_only=os.path.isdir(path))
+    expected = _expected_keys(own.keys(), dit_only=is_rl_checkpoint_dir(path))
     report = LoadReport(path=path, loaded=sorted(mapped), missing=sorted(expected - set(mapped)), ignored=ignored)
     logger.info("loaded %d tensors from %s (%d ignored)", len(report.loaded), path, len(ignored))
     if report.missing:

@@ -1,0 +1,90 @@
+"""Start-up errors (issue 16, items 6-7): every set-up problem ends in ONE ``deepgen_rl: error:`` line naming the flag,
+file or field, exit status 2, no traceback, and is found before the model is built."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.trainer.helpers import DEMO_PROGRAMMATIC, ROOT, TINY_CONFIG, subprocess_env
+
+BASE = ["--model_config", TINY_CONFIG, "--max_steps", "1", "--rollout_n", "2", "--rollout_micro_batch_size", "4",
+        "--atrain_micro_batch_size", "4", "--num_inference_steps", "4", "--image_height", "32", "--image_width", "32",
+        "--report_to", "none", "--eval_freq", "0", "--sftaux_coef", "0"]
+
+
+def _yaml(tmp_path, text, name="m.yaml"):
+    (tmp_path / "p.txt").write_text("a red apple\na blue car\n")
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
+
+
+def _dataset(tmp_path, rewards="      - brightness: 1.0\n"):
+    return _yaml(tmp_path, "datasets:\n  - name: d\n    path: p.txt\n    rewards:\n" + rewards)
+
+
+CASES = {
+    "unknown flag": (lambda t: ["--no_such_flag", "1"], "--no_such_flag"),
+    "rollout_n 0": (lambda t: ["--rollout_n", "0"], "--rollout_n"),
+    "rollout_n 1": (lambda t: ["--rollout_n", "1"], "--rollout_n"),
+    "steps 1": (lambda t: ["--num_inference_steps", "1"], "--num_inference_steps"),
+    "height 65": (lambda t: ["--image_height", "65"], "--image_height"),
+    "negative eta": (lambda t: ["--sde_eta", "-1"], "--sde_eta"),
+    "unknown sampler": (lambda t: ["--atrain_sde_sampler", "euler"], "--atrain_sde_sampler"),
+    "nan lr": (lambda t: ["--learning_rate", "nan"], "--learning_rate"),
+    "int typo": (lambda t: ["--rollout_n", "four"], "--rollout_n"),
+    "dataset yaml syntax": (lambda t: ["--dataset_config", _yaml(t, "datasets: [\n  - name: d\n")], "m.yaml"),
+    "reward weight high": (lambda t: ["--dataset_config", _dataset(t, "      - brightness: high\n")],
+                           "'brightness' weight must be a number, got 'high'"),
+    "unknown reward": (lambda t: ["--dataset_config", _dataset(t, "      - beauty: 1.0\n")], "'beauty'"),
+    "missing prompt file": (lambda t: ["--dataset_config", _yaml(t, "datasets:\n  - name: d\n    path: gone.txt\n"
+                                                                   "    rewards:\n      - brightness: 1\n")],
+                            "gone.txt"),
+    "missing eval yaml": (lambda t: ["--eval_dataset_config", str(t / "eval_missing.yaml"), "--eval_freq", "1"],
+                          "--eval_dataset_config: eval config not found"),
+    "output dir unwritable": (lambda t: ["--output_dir", str(_yaml(t, "x", name="a_file")) + "/out"], "--output_dir"),
+    "recipe yaml syntax": (lambda t: ["--config", _yaml(t, "learning_rate: [1e-6\n", name="recipe.yaml")],
+                           "--config"),
+    "recipe unknown key": (lambda t: ["--config", _yaml(t, "learning_rat: 1.0e-6\n", name="recipe.yaml")],
+                           "learning_rat"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_setup_error_is_one_line_before_the_model_is_built(case, tmp_path, monkeypatch, capfd):
+    import deepgen_rl.models as models
+    from deepgen_rl.grpo_deepgen import main
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was built before the set-up error was found")
+
+    monkeypatch.setattr(models, "build_model", no_model)
+    monkeypatch.delenv("DEEPGEN_DEBUG", raising=False)
+    make, named = CASES[case]
+    argv = BASE + ["--dataset_config", DEMO_PROGRAMMATIC, "--output_dir", str(tmp_path / "out")] + make(tmp_path)
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = [x for x in capfd.readouterr().err.splitlines() if x.strip() and "WANDB" not in x]
+    assert e.value.code == 2
+    assert len(err) == 1 and err[0].startswith("deepgen_rl: error: "), err
+    assert named in err[0], err[0]
+
+
+def test_time_to_error_line_in_a_fresh_process(tmp_path):
+    """A missing eval YAML is reported in a fresh process without loading the model: one line, no traceback."""
+    argv = BASE + ["--dataset_config", DEMO_PROGRAMMATIC, "--output_dir", str(tmp_path / "out"),
+                   "--eval_dataset_config", str(tmp_path / "eval_missing.yaml"), "--eval_freq", "1"]
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "deepgen_rl.grpo_deepgen", *argv], cwd=ROOT, env=subprocess_env(),
+                          capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - t0
+    print(f"time to the error line: {elapsed:.2f} s")
+    err = [x for x in proc.stderr.splitlines() if x.strip() and "WANDB" not in x]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(err) == 1 and err[0].startswith("deepgen_rl: error: --eval_dataset_config"), proc.stderr
+    assert "eval_missing.yaml" in err[0]
+    assert "loaded" not in proc.stderr  # no checkpoint was loaded: the model was never built
