@@ -27,7 +27,7 @@ import torch
 from deepgen_rl.checkpoints import rl_format as ckpt
 from deepgen_rl.checkpoints.rl_format import (DEEPSPEED_DIR, DIT_FILE, EMA_DIT_FILE, CheckpointCorrupt,
                                               read_json_file, read_torch_file)
-from deepgen_rl.trainer.deepspeed_utils import gathered_params
+from deepgen_rl.trainer.deepspeed_utils import fp32_master_state_dict, gathered_params
 from deepgen_rl.utils import dist
 
 log = logging.getLogger(__name__)
@@ -78,9 +78,10 @@ def save_training_checkpoint(trainer, step: int) -> Path:
     dist.barrier()
     if trainer.engine is not None:
         trainer.engine.save_checkpoint(str(tmp / "deepspeed"), tag=f"global_step{step}")
+    masters = fp32_master_state_dict(trainer.dit_module, trainer.engine)  # every rank: ZeRO gathers the masters
     with gathered_params(trainer.dit_module, trainer.zero_stage):
         if rank == 0:
-            ckpt.save_tensors(trainer.dit_module.state_dict(), tmp / DIT_FILE)
+            ckpt.save_tensors(masters, tmp / DIT_FILE)
         # every rank records a digest of the weights it holds: replicas must agree (checked by tests and users)
         ckpt.write_json(tmp / f"param_digest_rank{rank}.json", param_digest(trainer.dit_module))
     torch.save(_rng_payload(), tmp / f"rng_state_rank{rank}.pt")
