@@ -9,9 +9,12 @@ Storage per rank (``P`` = number of DiT parameters, ``W`` = data-parallel world 
   ``param._hp_mapping`` gives this rank's fragment (``hp_fragment``, a view into the partition) and where it sits in
   the flattened parameter (``lp_fragment_address.start`` / ``.numel``); a parameter outside this rank's partition has
   no mapping (``None``) and an empty fragment here. The fragments of all ranks tile the parameter exactly.
-- ZeRO-3: ``deepspeed.utils.safe_get_local_fp32_param`` gives this rank's fp32 partition of the parameter, a
-  contiguous block of ``ds_tensor.numel()`` elements starting at ``partition_rank · ds_tensor.numel()`` of the
-  flattened parameter (the last rank's block is zero-padded past ``ds_numel``; the padding is not stored).
+- ZeRO-3: ``deepspeed.utils.safe_get_local_fp32_param`` gives this rank's fp32 partition of the parameter (read here
+  through the optimizer method it wraps, which leaves it where it lives: on the host under ``offload_optimizer``, so
+  the EMA stays there too), a contiguous block of ``ds_tensor.numel()`` elements starting at
+  ``partition_rank · ds_tensor.numel()`` of the flattened parameter (the last rank's block is zero-padded past
+  ``ds_numel``; the padding is not stored). Parameters that ZeRO-3 keeps whole in the module (below
+  ``stage3_param_persistence_threshold``) still have partitioned fp32 masters.
 - No DeepSpeed (or a DeepSpeed mode without separate masters): the parameter itself is the master and is replicated;
   the EMA keeps the full fp32 tensor (every rank holds the same copy, as it holds the same weights).
 
@@ -50,7 +53,10 @@ def _local_master(p) -> tuple[torch.Tensor, int, bool, object]:
         from deepspeed.utils import safe_get_local_fp32_param
 
         opt = p._z3_optimizer
-        local = safe_get_local_fp32_param(p).reshape(-1)
+        if hasattr(opt, "_get_fp32_opt_state_partition"):  # the partition where it lives (host under offload)
+            local = opt._get_fp32_opt_state_partition(p, release_swap_buffers=True)[0].reshape(-1)
+        else:  # the public API copies it to the accelerator
+            local = safe_get_local_fp32_param(p).reshape(-1)
         start = opt._get_param_partition_rank(p) * local.numel()
         valid = max(0, min(local.numel(), int(p.ds_numel) - start))
         return local[:valid], start, False, opt._get_param_partition_group(p)

@@ -5,7 +5,9 @@ ranks) takes 3 AdamW steps on rank-dependent inputs; a :class:`PartitionedEMA` (
 The test's own reference is the closed form ``ref_0 = θ_0, ref_t = d·ref_{t-1} + (1−d)·θ_t`` of the full fp32
 masters read after each step with ``deepspeed.utils.safe_get_full_fp32_param`` (without DeepSpeed: the parameters).
 Cases: ``none`` (no DeepSpeed, gradients all-reduced by hand), ``zero2`` / ``zero2_bf16`` (scripts/deepspeed/zero2.json)
-and ``zero3_all`` / ``zero3_all_bf16`` (zero3.json with persistence threshold 0: every parameter partitioned).
+``zero3`` (zero3.json as shipped: this module's tensors are all below the persistence threshold, so the module keeps
+them whole while their fp32 masters are partitioned) and ``zero3_all`` / ``zero3_all_bf16`` (zero3.json with
+persistence threshold 0: every parameter partitioned).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from deepgen_rl.services.ocr.launch import free_port
 from tests.trainer.helpers import ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
-CASES = ["none", "zero2", "zero2_bf16", "zero3_all", "zero3_all_bf16"]
+CASES = ["none", "zero2", "zero2_bf16", "zero3", "zero3_all", "zero3_all_bf16"]
 PARTITIONED = CASES[1:]
 
 
@@ -40,7 +40,7 @@ def test_gathered_ema_is_the_closed_form_of_the_fp32_masters(report, case):
     assert r["shapes_ok"] is True
 
 
-@pytest.mark.parametrize("case", ["zero2", "zero3_all"])
+@pytest.mark.parametrize("case", ["zero2", "zero3", "zero3_all"])
 def test_partitioned_ema_equals_the_no_deepspeed_run(report, case):
     ref, mine = report["none"]["ema"], report[case]["ema"]
     assert mine.keys() == ref.keys()
@@ -64,6 +64,8 @@ def test_each_rank_stores_its_share(report, case):
     assert all(abs(n - full / 2) <= 6 for n in local), local  # ≈ full/world (ZeRO-3: per-tensor ceil rounding)
     if case.startswith("zero2"):
         assert r["split_params"] >= 1  # a parameter split between the ranks' flat partitions was handled
+    elif case == "zero3":
+        assert r["partitioned"] == [0, 6]  # the module keeps every tensor whole; the masters are still partitioned
     else:
         assert r["partitioned"] == [6, 6]  # really partitioned: every tensor
     assert report["none"]["numel_local"] == [184, 184]  # without DeepSpeed: the one full copy
