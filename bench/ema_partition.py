@@ -41,14 +41,15 @@ def worker(opts) -> None:
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     rows, results = [], {}
     for name in ("zero2", "zero3_all"):
-        cfg = json.loads((ROOT / "scripts/deepspeed" / ("zero2.json" if name == "zero2" else "zero3.json")).read_text())
+        shipped = "zero2.json" if name == "zero2" else "zero3.json"
+        cfg = json.loads((ROOT / "scripts/deepspeed" / shipped).read_text())
         if name == "zero3_all":
             cfg["zero_optimization"].update({"stage3_param_persistence_threshold": 0})
         torch.manual_seed(0)
         module = torch.nn.Sequential(*[torch.nn.Linear(opts.width, opts.width) for _ in range(opts.layers)])
         opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
-        engine, *_ = deepspeed.initialize(model=module, optimizer=opt, config=build_deepspeed_config(cfg, Args(), world),
-                                          dist_init_required=False)
+        ds_cfg = build_deepspeed_config(cfg, Args(), world)
+        engine, *_ = deepspeed.initialize(model=module, optimizer=opt, config=ds_cfg, dist_init_required=False)
         part = PartitionedEMA(module, engine)
         full = {n: t.clone() for n, t in fp32_master_params(module, engine)}
         t_full, t_part = [], []
@@ -72,6 +73,8 @@ def worker(opts) -> None:
         rows.append([name, bytes_full / 2**20, bytes_part / 2**20, median(t_full) * 1e3, median(t_part) * 1e3, diff])
         if hasattr(engine, "destroy"):
             engine.destroy()
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
     if rank != 0:
         return
     n_params = opts.layers * (opts.width * opts.width + opts.width)

@@ -19,11 +19,11 @@ Storage per rank (``P`` = number of DiT parameters, ``W`` = data-parallel world 
   the EMA keeps the full fp32 tensor (every rank holds the same copy, as it holds the same weights).
 
 So under ZeRO the EMA takes ``4·P/W`` bytes per rank (:meth:`PartitionedEMA.numel_local` ≈ ``P/W``). :meth:`update`
-is local (no collective, no host sync beyond what reading the fragment costs); the fragments are looked up again at
-every update, since DeepSpeed re-links them when it loads a checkpoint. Only :meth:`full_state_dict` /
-:meth:`iter_full` (save, evaluation) assemble full tensors: one parameter at a time, each rank writes its fragment
-into a zero fp32 buffer of the full size at its offset, then one ``all_reduce`` (SUM) over the parameter's
-data-parallel group — a collective that every rank must call, in the same order.
+is local: no collective (ZeRO-3's fragment lookup waits on DeepSpeed's reduce stream, a device-side sync); the
+fragments are looked up again at every update, since DeepSpeed re-links them when it loads a checkpoint. Only
+:meth:`full_state_dict` / :meth:`iter_full` (save, evaluation) assemble full tensors: one parameter at a time, each
+rank writes its fragment into a zero fp32 buffer of the full size at its offset, then one ``all_reduce`` (SUM) over
+the parameter's data-parallel group — a collective that every rank must call, in the same order.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def _local_master(p) -> tuple[torch.Tensor, int, bool, object]:
             local = safe_get_local_fp32_param(p).reshape(-1)
         start = opt._get_param_partition_rank(p) * local.numel()
         valid = max(0, min(local.numel(), int(p.ds_numel) - start))
+        if valid == 0:  # a tensor smaller than the world: this rank's block is all padding
+            start = 0
         return local[:valid], start, False, opt._get_param_partition_group(p)
     if hasattr(p, "_hp_mapping"):  # ZeRO-1/2, DeepSpeed's bf16 optimizer
         mapping = p._hp_mapping

@@ -59,22 +59,22 @@ def test_bf16_mode_ema_follows_the_masters_not_the_module(report, case):
 def test_each_rank_stores_its_share(report, case):
     r = report[case]
     full, local = r["numel_full"], r["numel_local"]
-    assert full == 7 * 13 + 13 + 13 * 5 + 5 + 2 * 5 == 184
+    assert full == 7 * 13 + 13 + 13 * 5 + 5 + 2 * 5 + 5 + 1 == 190
     assert sum(local) == full  # the fragments tile the parameters: nothing stored twice
     assert all(abs(n - full / 2) <= 6 for n in local), local  # ≈ full/world (ZeRO-3: per-tensor ceil rounding)
     if case.startswith("zero2"):
         assert r["split_params"] >= 1  # a parameter split between the ranks' flat partitions was handled
     elif case == "zero3":
-        assert r["partitioned"] == [0, 6]  # the module keeps every tensor whole; the masters are still partitioned
-    else:
-        assert r["partitioned"] == [6, 6]  # really partitioned: every tensor
-    assert report["none"]["numel_local"] == [184, 184]  # without DeepSpeed: the one full copy
+        assert r["partitioned"] == [0, 8]  # the module keeps every tensor whole; the masters are still partitioned
+    else:  # really partitioned: every tensor but the 1-element bias (ZeRO-3 cannot split it; rank 1 holds padding)
+        assert r["partitioned"] == [7, 8]
+    assert report["none"]["numel_local"] == [190, 190]  # without DeepSpeed: the one full copy
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_rank0_only_gather_and_resume_round_trip(report, case):
     r = report[case]
-    assert r["rank0_only_lengths"] == [6, 0] and r["rank0_only_equal"] is True
+    assert r["rank0_only_lengths"] == [8, 0] and r["rank0_only_equal"] is True
     assert r["fresh_differs"] is True  # the EMA loaded into differs from the saved one before loading
     assert r["resume_max_diff"] == 0.0
     assert r["resume_next_update_diff"] == 0.0
