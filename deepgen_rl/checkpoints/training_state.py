@@ -85,9 +85,12 @@ def save_training_checkpoint(trainer, step: int) -> Path:
         # every rank records a digest of the weights it holds: replicas must agree (checked by tests and users)
         ckpt.write_json(tmp / f"param_digest_rank{rank}.json", param_digest(trainer.dit_module))
     torch.save(_rng_payload(), tmp / f"rng_state_rank{rank}.pt")
+    # the EMA's per-rank fragments, assembled one parameter at a time (every rank takes part), kept on rank 0 only
+    ema_full = trainer.ema.full_state_dict(rank=0, device=trainer.device) if trainer.ema is not None else None
     if rank == 0:
-        if trainer.ema is not None:
-            ckpt.save_tensors(trainer.ema, tmp / EMA_DIT_FILE)
+        if ema_full is not None:
+            ckpt.save_tensors(ema_full, tmp / EMA_DIT_FILE)
+            del ema_full
         if trainer.engine is None:
             torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save(trainer.lr_scheduler.state_dict(), tmp / "scheduler.pt")
@@ -285,7 +288,7 @@ def load_training_checkpoint(trainer, path: Path) -> int:
     if trainer.ema is not None:
         if not (path / EMA_DIT_FILE).is_file():
             raise ValueError(f"{path} has no EMA weights but --ema_decay > 0")
-        trainer.ema = {k: v.float().to(trainer.device) for k, v in ckpt.load_tensors(path / EMA_DIT_FILE).items()}
+        trainer.ema.load_full_state_dict(ckpt.load_tensors(path / EMA_DIT_FILE))  # each rank slices its fragments
     rng_file = path / f"rng_state_rank{rank}.pt"
     if rng_file.is_file():
         _restore_rng(read_torch_file(rng_file))

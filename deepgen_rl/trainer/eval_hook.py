@@ -18,18 +18,22 @@ log = logging.getLogger(__name__)
 def _ema_transformer(trainer):
     """A fresh DiT (built from the live one's config) holding the EMA weights; None when EMA is off.
 
-    Built from the config rather than copied, so it also works when the live DiT is partitioned by ZeRO-3 (the EMA
-    dict always holds full weights); see :func:`deepgen_rl.trainer.deepspeed_utils.dit_from_state`.
+    Collective under ZeRO (every rank evaluates): the EMA is kept per rank as fragments of the fp32 masters and
+    assembled here one parameter at a time (:meth:`deepgen_rl.trainer.ema.PartitionedEMA.iter_full`), each converted
+    at once to the eval dtype on the device, so the peak is one eval-dtype copy plus one fp32 parameter. Built from
+    the config rather than copied, so it also works when the live DiT is partitioned by ZeRO-3; see
+    :func:`deepgen_rl.trainer.deepspeed_utils.dit_from_state`.
     """
     if trainer.ema is None:
         return None
     live = trainer.dit_module
-    missing = {n for n, _ in live.named_parameters()} - set(trainer.ema)
+    missing = {n for n, _ in live.named_parameters()} - set(trainer.ema.names())
     if missing:
         raise RuntimeError(f"EMA weights lack {sorted(missing)[:5]}")
     dtype = torch.bfloat16 if trainer.args.bf16 else torch.float32
+    state = {n: t.to(trainer.device, dtype) for n, t in trainer.ema.iter_full(trainer.device)}
     # built on the meta device and filled tensor by tensor in the eval dtype: no random fp32 DiT on the host
-    return dit_from_state(live, trainer.ema, device=trainer.device, dtype=dtype, copy=False)  # read-only
+    return dit_from_state(live, state, device=trainer.device, dtype=dtype, copy=False)  # read-only
 
 
 def run_training_eval(trainer, step: int) -> dict:

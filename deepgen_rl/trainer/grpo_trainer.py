@@ -29,7 +29,8 @@ from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask
 from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_from_state,
-                                                 dit_hidden_size, fp32_master_params, partitioned_fraction)
+                                                 dit_hidden_size, partitioned_fraction)
+from deepgen_rl.trainer.ema import PartitionedEMA
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.reward_workers import DaemonExecutor
 from deepgen_rl.trainer.visuals import save_sample_grid
@@ -137,8 +138,8 @@ class DeepGenGRPOTrainer(Trainer):
             self.create_optimizer()
             self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)
             self.zero_stage = 0
-        if args.ema_decay > 0:  # of the fp32 masters (DeepSpeed's bf16 module weights would make a staircase)
-            self.ema = {n: t.clone() for n, t in fp32_master_params(self.dit_module, self.engine)}
+        if args.ema_decay > 0:  # of this rank's fp32 master partition (not the bf16 module weights)
+            self.ema = PartitionedEMA(self.dit_module, self.engine)
         if args.sftaux_coef > 0 and self.sftaux_dataset_config:
             from deepgen_rl.sft.loss import SFTAuxiliary
 
@@ -440,10 +441,7 @@ class DeepGenGRPOTrainer(Trainer):
             self.optimizer.zero_grad(set_to_none=True)
         self.counters["optimizer_steps"] += 1
         if self.ema is not None:
-            d = args.ema_decay
-            with torch.no_grad():  # fp32 masters, one parameter at a time (gathered under ZeRO: every rank)
-                for name, master in fp32_master_params(self.dit_module, self.engine):
-                    self.ema[name].mul_(d).add_(master.to(self.ema[name].device), alpha=1 - d)
+            self.ema.update(args.ema_decay)  # local: each rank's fragments of the fp32 masters, no collective
         return grad_norm
 
     # ------------------------------------------------------------------ metrics

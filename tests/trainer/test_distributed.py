@@ -75,13 +75,14 @@ def test_two_process_deepspeed(tmp_path, ds_config):
         assert len(set(noise)) == len(noise)
 
 
-def _final_weights(out: Path, step: int) -> dict:
-    return load_file(str(out / f"checkpoint-{step}" / "dit.safetensors"))
+def _final_weights(out: Path, step: int, name: str = "dit.safetensors") -> dict:
+    return load_file(str(out / f"checkpoint-{step}" / name))
 
 
 @pytest.mark.parametrize("ngpus,ds_config", [(None, ""), (2, ZERO2)], ids=["1proc", "2proc-zero2"])
 def test_exact_resume(tmp_path, ngpus, ds_config):
-    common = ("--save_steps", "2", "--atrain_micro_batch_size", "4", "--learning_rate", "3e-3")
+    # with an EMA: under ZeRO-2 each rank keeps its fragments, gathered to save and re-sliced on resume
+    common = ("--save_steps", "2", "--atrain_micro_batch_size", "4", "--learning_rate", "3e-3", "--ema_decay", "0.5")
     full, split = tmp_path / "full", tmp_path / "split"
     train_sh(full, "--max_steps", "4", *common, ngpus=ngpus, deepspeed=ds_config)
     train_sh(split, "--max_steps", "2", *common, ngpus=ngpus, deepspeed=ds_config)
@@ -91,6 +92,11 @@ def test_exact_resume(tmp_path, ngpus, ds_config):
     assert a.keys() == b.keys()
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6, rtol=0), k
+    ema_a, ema_b = _final_weights(full, 4, "ema_dit.safetensors"), _final_weights(split, 4, "ema_dit.safetensors")
+    assert ema_a.keys() == ema_b.keys() and len(ema_a) > 0 and set(ema_a) <= set(a)  # parameter names of the DiT
+    for k in ema_a:
+        assert torch.allclose(ema_a[k], ema_b[k], atol=1e-6, rtol=0), k
+    assert any(not torch.equal(ema_a[k], a[k]) for k in ema_a)  # the EMA lags the weights
     start = _final_weights(full, 2)
     assert any(not torch.equal(start[k], a[k]) for k in a)  # steps 3-4 did train
     ra = [m["reward/total"] for m in read_metrics(full)]

@@ -51,7 +51,7 @@ def one_update(name: str, ds_config, out: Path, *, nan_last: bool, skip: bool = 
     trainer._setup_optimization(1)
     if skip:  # DeepSpeed reports the step as skipped (what an fp16/bf16 overflow does)
         trainer.engine.was_step_applied = lambda: False
-        ema0 = {k: v.clone() for k, v in trainer.ema.items()}
+        ema0 = trainer.ema.full_state_dict()
     trainer.state.global_step = 0
     trainer._executor = ThreadPoolExecutor(max_workers=1)
     result: dict = {}
@@ -109,7 +109,8 @@ def one_update(name: str, ds_config, out: Path, *, nan_last: bool, skip: bool = 
     result["optimizer_steps"] = trainer.counters["optimizer_steps"]
     result["skipped_updates"] = trainer.counters["skipped_updates"]
     if skip:
-        result["ema_unchanged"] = all(torch.equal(ema0[k], trainer.ema[k]) for k in ema0)
+        ema1 = trainer.ema.full_state_dict()
+        result["ema_unchanged"] = all(torch.equal(ema0[k], ema1[k]) for k in ema0)
     return result
 
 
