@@ -144,7 +144,8 @@ def test_rollout_and_policy_loss_velocities_equal_each_prompt_alone(tiny_model, 
     args = SimpleNamespace(atrain_algorithm="flowgrpo", cfg_scale=cfg_scale, atrain_sde_sampler="cps_sde",
                            sde_eta=1.0, clip_range=1e-4, beta=0.1, atrain_kl_type="v-based", seed=0,
                            adv_clip_max=5.0, diffusionnft_beta=0.1)
-    trainer = SimpleNamespace(args=args, deepgen=tiny_model, device=torch.device("cpu"), dit_module=policy_dit, dit_forward=policy_dit,
+    trainer = SimpleNamespace(args=args, deepgen=tiny_model, device=torch.device("cpu"), dit_module=policy_dit,
+                              dit_forward=policy_dit,
                               ref_dit=copy.deepcopy(tiny_model.transformer).eval(),
                               state=SimpleNamespace(global_step=0), rank=0)
     loss, _ = policy_piece_loss(trainer, batch, torch.randn(len(batch)), [1, 2, 4], 0)
