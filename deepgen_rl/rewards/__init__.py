@@ -8,6 +8,7 @@ from .combine import compute_weighted_rewards
 
 # One line per reward module: importing it registers its name(s).
 from . import brightness, clip_sim, color_target, jpeg, ocr, unifiedreward  # noqa: E402,F401
+from . import toy_compositional  # noqa: E402,F401
 
 __all__ = [
     "MultiRewardOutput",
