@@ -37,7 +37,7 @@ import yaml
 
 logger = logging.getLogger(__name__)
 
-SCORING_CHOICES = ("unigenbench/en", "unigenbench/zh", "none")
+SCORING_CHOICES = ("unigenbench/en", "unigenbench/zh", "toy", "none")  # toy: deepgen_rl.toy.checker, no judge
 
 # (test points key, descriptions key) per language
 _TESTPOINT_KEYS = {"en": ("Testpoints", "Testpoint Description"), "zh": ("考点", "考点对应描述")}
@@ -89,7 +89,7 @@ class EvalDatasetSpec:
     @property
     def language(self) -> str | None:
         """``"en"``/``"zh"`` for UniGenBench scoring, else None."""
-        return self.scoring.split("/", 1)[1] if self.scoring else None
+        return self.scoring.split("/", 1)[1] if self.scoring and self.scoring.startswith("unigenbench/") else None
 
 
 def split_dimension(testpoint: str) -> tuple[str, str]:
@@ -234,7 +234,7 @@ def load_eval_config(path: str | Path) -> list[EvalDatasetSpec]:
         if not prompt_path.is_file():
             raise FileNotFoundError(f"{path}: dataset {name!r}: prompt file not found: {prompt_path}")
         scoring = _parse_scoring(entry.get("scoring"), name)
-        if scoring and prompt_path.suffix.lower() != ".csv":
+        if scoring and scoring.startswith("unigenbench/") and prompt_path.suffix.lower() != ".csv":
             raise ValueError(f"{path}: dataset {name!r}: {scoring} scoring needs a UniGenBench .csv")
         prompts, malformed = load_prompt_file(prompt_path)
         spec = EvalDatasetSpec(
