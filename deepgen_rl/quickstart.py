@@ -1,8 +1,14 @@
-"""Quickstart report: reward curve, before/after samples and an HTML page for a finished run.
+"""Quickstart report for a toy-world run (docs/toy_world.md): does RL teach the model to follow prompts?
 
-``python -m deepgen_rl.quickstart --output_dir outputs/quickstart --model_config configs/models/deepgen_tiny.py``
-reads ``metrics.jsonl`` and the newest checkpoint of the run, and writes ``reward_curve.png``,
-``samples_before_after.png`` and ``report.html`` next to them.
+``python -m deepgen_rl.quickstart --output_dir outputs/quickstart`` reads the run's ``metrics.jsonl`` and its toy
+evaluations (``eval/step_N/toy_summary.json``, ``toy_verdicts.jsonl`` and the eval images, written by the trainer's
+``eval_freq`` hook with ``--eval_at_start true``), and writes next to them:
+
+  samples_before_after.png  held-out prompts, first eval (top row) vs last eval (bottom row), same noise, each image
+                            captioned with its checker verdict
+  accuracy_curve.png        strict accuracy per eval dataset and held-out claim accuracy per claim type, per step
+  reward_curve.png          the training reward(s) per step
+  report.html               all of it, plus the before/after table of strict, per-claim-type and per-kind accuracy
 """
 
 from __future__ import annotations
@@ -10,16 +16,12 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 from pathlib import Path
-
-import torch
 
 from deepgen_rl.trainer.checkpointing import latest_checkpoint
 from deepgen_rl.trainer.visuals import make_grid
 
-DEFAULT_PROMPTS = ["A red apple on a wooden table", "A shop sign that says \"OPEN\"",
-                   "A cat sleeping on a blue sofa", "A poster with the word \"HELLO\" in bold letters"]
+HELDOUT = "toy_heldout"  # the eval dataset of assets/rl_datasets/toy/eval/eval_toy.yaml shown in the report
 
 
 def read_metrics(output_dir: Path) -> list[dict]:
@@ -64,62 +66,125 @@ def plot_reward_curve(metrics: list[dict], path: Path) -> Path:
     return path
 
 
-@torch.no_grad()
-def sample_images(model, prompts: list[str], *, steps: int, height: int, width: int, seed: int):
-    """Deterministic ODE (Euler) samples, one per prompt, from the same noise for every model."""
-    from deepgen_rl.evaluation.generate import sample_latents
-    from deepgen_rl.rollout import latents_to_pil
-    from deepgen_rl.utils.seeding import make_generator
+def toy_eval_curves(output_dir: Path) -> tuple[dict[int, dict], dict[int, list[dict]]]:
+    """Toy summaries and per-image verdicts of every eval step of the run (``eval/step_N/toy_*``)."""
+    from deepgen_rl.toy.rl_run import read_evals
 
-    shape = model.latent_shape(height, width)
-    noise = torch.stack([torch.randn(shape, generator=make_generator("quickstart", seed, i))
-                         for i in range(len(prompts))])
-    x = sample_latents(model, model.encode_prompts(prompts), noise, cfg_scale=0.0, num_inference_steps=steps,
-                       inference_mode="ode")
-    return latents_to_pil(model.decode_latents(x))
+    evals, verdicts = read_evals(output_dir)
+    if not evals:
+        raise FileNotFoundError(f"no eval/step_*/toy_summary.json in {output_dir}: run training with "
+                                f"--eval_dataset_config assets/rl_datasets/toy/eval/eval_toy.yaml --eval_at_start true")
+    return evals, verdicts
 
 
-def before_after_grid(model_config: str, checkpoint: Path, prompts: list[str], path: Path, *, steps: int,
-                      height: int, width: int, seed: int) -> Path:
-    from deepgen_rl.models import build_model
+def plot_accuracy_curve(evals: dict[int, dict], path: Path) -> Path:
+    """Strict accuracy per eval dataset, and held-out claim accuracy per claim type, against the training step."""
+    import matplotlib
 
-    before = sample_images(build_model(model_config), prompts, steps=steps, height=height, width=width, seed=seed)
-    after = sample_images(build_model(model_config, checkpoint=str(checkpoint)), prompts, steps=steps,
-                          height=height, width=width, seed=seed)
-    captions = [f"before | {p}" for p in prompts] + [f"after | {p}" for p in prompts]
-    grid = make_grid(before + after, captions, columns=len(prompts), thumb=160)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted(evals)
+    datasets = sorted({d for e in evals.values() for d in e})
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ds in datasets:
+        pts = [(s, evals[s][ds]["strict_acc"]) for s in steps if ds in evals[s]]
+        axes[0].plot(*zip(*pts), marker="o", label=ds)
+    axes[0].set_title("strict accuracy (all claims pass)")
+    heldout = HELDOUT if HELDOUT in datasets else datasets[0]
+    for t in evals[steps[0]][heldout]["claim_acc"]:
+        pts = [(s, evals[s][heldout]["claim_acc"][t]) for s in steps if evals[s][heldout]["claim_acc"][t] is not None]
+        if pts:
+            axes[1].plot(*zip(*pts), marker=".", label=t)
+    axes[1].set_title(f"{heldout}: claim accuracy by type")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    grid.save(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return path
 
 
-def write_report(output_dir: Path, metrics: list[dict], checkpoint: Path | None) -> Path:
+def before_after_grid(output_dir: Path, verdicts: dict[int, list[dict]], path: Path, *, dataset: str = "",
+                      num_prompts: int = 12) -> tuple[Path, dict[str, int]]:
+    """The first ``num_prompts`` held-out prompts (image 0 of each, the same noise before and after): the first
+    eval step's image above the last one's, each captioned with its checker verdict. Returns (path, counts of
+    fail->pass / pass->fail / unchanged over ALL eval images of the dataset)."""
+    from PIL import Image
+
+    first, last = min(verdicts), max(verdicts)
+    dataset = dataset or HELDOUT
+    key = lambda v: (v["index"], v["dup"])  # noqa: E731
+    before = {key(v): v for v in verdicts[first] if v["dataset"] == dataset}
+    after = {key(v): v for v in verdicts[last] if v["dataset"] == dataset}
+    shown = [k for k in sorted(before) if k[1] == 0][:num_prompts]
+    images, captions = [], []
+    for step, table in ((first, before), (last, after)):
+        for k in shown:
+            v = table[k]
+            with Image.open(output_dir / "eval" / f"step_{step}" / v["rel_path"]) as im:
+                images.append(im.convert("RGB"))
+            failed = sorted({c["type"] for c in v["claims"] if not c["passed"]})
+            captions.append(f"{v['prompt']} | step {step}: " + ("PASS" if not failed else "FAIL " + ",".join(failed)))
+    grid = make_grid(images, captions, columns=len(shown), thumb=160)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    grid.save(path)
+    changes = {"fail->pass": 0, "pass->fail": 0, "unchanged": 0}
+    for k, v in before.items():
+        a = after[k]["strict"]
+        changes["fail->pass" if a and not v["strict"] else "pass->fail" if v["strict"] and not a else "unchanged"] += 1
+    return path, changes
+
+
+def claim_table(evals: dict[int, dict]) -> list[tuple[str, str, float | None, float | None]]:
+    """(dataset, metric, first eval, last eval) rows: strict accuracy, claim score, per-claim-type, per-kind."""
+    first, last = evals[min(evals)], evals[max(evals)]
+    rows = []
+    for ds in sorted(first):
+        a, b = first[ds], last.get(ds, first[ds])
+        rows += [(ds, "strict_acc", a["strict_acc"], b["strict_acc"]), (ds, "claim_score", a["claim_score"],
+                                                                          b["claim_score"])]
+        rows += [(ds, f"claim_acc/{t}", a["claim_acc"][t], b["claim_acc"][t]) for t in a["claim_acc"]]
+        rows += [(ds, f"strict_acc/{k}", a["strict_acc_by_kind"][k], b["strict_acc_by_kind"][k])
+                 for k in a["strict_acc_by_kind"]]
+    return rows
+
+
+def _fmt(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], changes: dict[str, int],
+                 checkpoint: Path | None) -> Path:
     last = metrics[-1]
-    k = max(1, min(5, len(metrics) // 2))
-
-    def mean(ms, key):
-        vals = [m[key] for m in ms if key in m and m[key] == m[key]]
-        return sum(vals) / len(vals) if vals else float("nan")
-
-    rows = "".join(
-        f"<tr><td>{html.escape(key)}</td><td>{mean(metrics[:k], key):.4f}</td><td>{mean(metrics[-k:], key):.4f}</td></tr>"
-        for key in sorted({kk for m in metrics for kk in m}) if key.startswith(("reward/", "reward_by_dataset/")))
-    evals = sorted((output_dir / "eval").glob("step_*/index.html")) if (output_dir / "eval").is_dir() else []
-    eval_links = "".join(f'<li><a href="{html.escape(os.path.relpath(p, output_dir))}">{html.escape(p.parent.name)}</a></li>'
-                         for p in evals) or "<li>none</li>"
+    first_step, last_step = min(evals), max(evals)
+    rows = "".join(f"<tr><td>{html.escape(ds)}</td><td>{html.escape(m)}</td><td>{_fmt(a)}</td><td>{_fmt(b)}</td></tr>"
+                   for ds, m, a, b in claim_table(evals))
+    toy_pages = "".join(
+        f'<li><a href="eval/step_{s}/toy.html">step {s}</a></li>' for s in sorted(evals))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>DeepGen-RL quickstart</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 10px}} img{{max-width:100%}}</style></head><body>
-<h1>DeepGen-RL quickstart</h1>
-<p>{len(metrics)} MR-GRPO steps on the tiny DeepGen model (CPU). Checkpoint:
+<h1>DeepGen-RL quickstart: RL teaches prompt following in the toy world</h1>
+<p>{len(metrics)} MR-GRPO steps on the pre-trained toy DeepGen (CPU), reward <code>toy_compositional</code> (the
+fraction of the prompt's claims — colour, shape, count, position — that a programmatic checker finds in the image).
+Evaluation: held-out compositions (colour–shape pairs never seen in pre-training; the eval prompts are never trained
+on), ODE sampling with the same noise at every eval step. Checkpoint:
 <code>{html.escape(str(checkpoint) if checkpoint else "none")}</code>.</p>
-<h2>Rewards (mean of first {k} vs last {k} steps)</h2>
-<p>reward/total mixes datasets that weight different rewards, so it moves with each step's prompt mix; the
-per-dataset totals and the per-reward rows show the learning.</p>
-<table><tr><th>metric</th><th>first</th><th>last</th></tr>{rows}</table>
-<h2>Reward curve</h2><img src="reward_curve.png" alt="reward curve">
-<h2>Samples before and after training (same noise)</h2><img src="samples_before_after.png" alt="samples">
-<h2>Evaluation pages</h2><ul>{eval_links}</ul>
+<h2>Before / after (step {first_step} above, step {last_step} below; same noise)</h2>
+<p>Each image is captioned with its checker verdict (PASS, or the claims that fail). Over all
+{sum(changes.values())} held-out eval images: {changes["fail->pass"]} went from FAIL to PASS,
+{changes["pass->fail"]} from PASS to FAIL, {changes["unchanged"]} kept their verdict.</p>
+<img src="samples_before_after.png" alt="before/after">
+<h2>Held-out accuracy during training</h2><img src="accuracy_curve.png" alt="accuracy curve">
+<h2>Accuracy before and after (eval step {first_step} vs {last_step})</h2>
+<table><tr><th>dataset</th><th>metric</th><th>before</th><th>after</th></tr>{rows}</table>
+<h2>Reward curves</h2><img src="reward_curve.png" alt="reward curve">
+<h2>Every eval image with its verdict</h2><ul>{toy_pages}</ul>
 <p>Step time (last step): {last.get("time/step_s", float("nan")):.2f} s;
 rollout {last.get("time/rollout_s", float("nan")):.2f} s, reward wait {last.get("time/reward_wait_s", float("nan")):.2f} s,
 update {last.get("time/update_s", float("nan")):.2f} s.</p>
@@ -132,31 +197,28 @@ update {last.get("time/update_s", float("nan")):.2f} s.</p>
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output_dir", required=True)
-    p.add_argument("--model_config", default="configs/models/deepgen_tiny.py")
-    p.add_argument("--image_size", type=int, default=64)
-    p.add_argument("--num_inference_steps", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num_prompts", type=int, default=12, help="held-out prompts shown in the before/after grid")
     a = p.parse_args(argv)
     out = Path(a.output_dir)
     metrics = read_metrics(out)
     curve = plot_reward_curve(metrics, out / "reward_curve.png")
+    evals, verdicts = toy_eval_curves(out)
+    acc = plot_accuracy_curve(evals, out / "accuracy_curve.png")
+    grid, changes = before_after_grid(out, verdicts, out / "samples_before_after.png", num_prompts=a.num_prompts)
     ckpt = latest_checkpoint(out)
-    if ckpt is None:
-        raise FileNotFoundError(f"no complete checkpoint in {out}")
-    grid = before_after_grid(a.model_config, ckpt, DEFAULT_PROMPTS, out / "samples_before_after.png",
-                             steps=a.num_inference_steps, height=a.image_size, width=a.image_size, seed=a.seed)
-    report = write_report(out, metrics, ckpt)
+    report = write_report(out, metrics, evals, changes, ckpt)
+    print(f"held-out and train-split accuracy, eval step {min(evals)} -> {max(evals)}:")
+    for ds, m, before, after in claim_table(evals):
+        print(f"  {ds:14s} {m:22s} {_fmt(before)} -> {_fmt(after)}")
+    print(f"  held-out images: {changes}")
     k = max(1, min(5, len(metrics) // 2))
-    # reward/total is left out: each step's total depends on which datasets its prompts came from (the datasets
-    # weight different rewards), so compare per dataset and per reward instead
-    print("reward means (per reward, and the weighted total per dataset):")
-    for key in sorted({kk for m in metrics for kk in m if kk.startswith(("reward/", "reward_by_dataset/"))}
-                      - {"reward/total"}):
+    for key in sorted({kk for m in metrics for kk in m if kk.startswith("reward/")} - {"reward/total"}):
         first = [m[key] for m in metrics[:k] if key in m and m[key] == m[key]]
         last = [m[key] for m in metrics[-k:] if key in m and m[key] == m[key]]
         if first and last:
-            print(f"  {key}: mean of first {k} steps {sum(first) / len(first):.4f} -> last {k} {sum(last) / len(last):.4f}")
-    for path in (curve, grid, report, ckpt):
+            print(f"  {key}: mean of first {k} steps {sum(first) / len(first):.4f} -> last {k} "
+                  f"{sum(last) / len(last):.4f}")
+    for path in (curve, acc, grid, report, ckpt):
         print(f"  {path}")
     return 0
 

@@ -50,7 +50,7 @@ class Blob:
 @dataclass(frozen=True)
 class Claim:
     type: str      # one of CLAIM_TYPES
-    text: str      # e.g. "2 × red" or "red circle left of blue square"
+    text: str      # e.g. "2x red" or "red circle left of blue square"
     passed: bool
 
 
@@ -69,7 +69,7 @@ class CheckResult:
         return all(c.passed for c in self.claims)
 
     def verdict(self) -> str:
-        """Short human-readable verdict, e.g. "PASS" or "FAIL: count 2 × red, position"."""
+        """Short human-readable verdict, e.g. "PASS" or "FAIL: count 2x red; position red left of blue"."""
         failed = [f"{c.type} {c.text}" for c in self.claims if not c.passed]
         return "PASS" if not failed else "FAIL: " + "; ".join(failed)
 
@@ -144,7 +144,7 @@ def check(image, spec: Spec | str) -> CheckResult:
         claims.append(Claim("color", obj.color, bool(mine)))
         claims.append(Claim("shape", f"{obj.color} {obj.shape}", bool(mine) and all(b.shape == obj.shape
                                                                                      for b in mine)))
-        claims.append(Claim("count", f"{obj.count} × {obj.color}", len(mine) == obj.count))
+        claims.append(Claim("count", f"{obj.count}x {obj.color}", len(mine) == obj.count))
     if spec.position is not None:
         kind, value = spec.position
         largest = [max(by_color[o.color], key=lambda b: b.area) if by_color.get(o.color) else None
