@@ -14,7 +14,7 @@ default_checkpoint = "{toy_dir}/deepgen_toy.pth"
 dtype = "float32"
 vae_dtype = None
 num_queries = 8
-max_prompt_tokens = 32
+max_prompt_tokens = 24
 prompt_template = "<|im_start|>user\nGenerate an image: {prompt}<|im_end|>\n<|im_start|>assistant\n"
 connector = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
 lora_rank = 4

@@ -48,13 +48,13 @@ TOY_CONFIG: dict[str, Any] = dict(
     text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=7, num_attention_heads=4,
               num_key_value_heads=2, mrope_section=[2, 3, 3]),
     vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2),
-    dit=dict(num_layers=4, num_attention_heads=4, attention_head_dim=32, joint_attention_dim=64,
-             caption_projection_dim=128, pooled_projection_dim=64, dual_attention_layers=()),
+    dit=dict(patch_size=1, num_layers=4, num_attention_heads=3, attention_head_dim=32, joint_attention_dim=64,
+             caption_projection_dim=96, pooled_projection_dim=64, dual_attention_layers=()),
     vae=dict(block_out_channels=(16, 16, 32, 32), norm_num_groups=8),
     deepgen=dict(connector=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128),
-                 num_queries=8, max_prompt_tokens=32, lora_rank=4, lora_alpha=8),
+                 num_queries=8, max_prompt_tokens=24, lora_rank=4, lora_alpha=8),
     vae_steps=400, vae_batch=16, vae_lr=2e-3,
-    dit_steps=1500, dit_batch=32, dit_lr=1e-3, caption_dropout=0.1,
+    dit_steps=2000, dit_batch=32, dit_lr=1e-3, caption_dropout=0.1,
 )
 
 
@@ -174,7 +174,7 @@ def _write_base_parts(paths: dict[str, str], cfg: dict[str, Any]) -> None:
     torch.manual_seed(seed)
     Qwen2_5_VLForConditionalGeneration(config).save_pretrained(paths["qwen"])
     torch.manual_seed(seed + 1)
-    SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=16, out_channels=16, pos_embed_max_size=8,
+    SD3Transformer2DModel(sample_size=8, in_channels=16, out_channels=16, pos_embed_max_size=8,
                           qk_norm="rms_norm", **cfg["dit"]).save_pretrained(os.path.join(paths["sd3"], "transformer"))
     torch.manual_seed(seed + 2)
     blocks = len(cfg["vae"]["block_out_channels"])

@@ -24,8 +24,8 @@ TOY_EVAL_YAML = str(ROOT / "assets/rl_datasets/toy/eval/eval_toy.yaml")
 
 # CPU-sized flags; the rest are the recipe's defaults (cps_sde, gdpo, timestep_fraction 0.6, init_same_noise off).
 TOY_RL_FLAGS: dict[str, Any] = dict(
-    rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=10,
-    image_height=64, image_width=64, learning_rate=1e-4, clip_range=0.2, beta=0.0, sde_eta=0.7,
+    rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=8,
+    image_height=64, image_width=64, learning_rate=3e-4, clip_range=0.2, beta=0.0, sde_eta=0.7,
     sftaux_coef=0.0, save_steps=100000, log_images_every=0, report_to="none", disable_tqdm=True,
     eval_judge=False, eval_at_start=True, warmup_steps=0, gradient_checkpointing=False, seed=0, reward_workers=2,
 )
@@ -35,7 +35,7 @@ TOY_RL_FLAGS: dict[str, Any] = dict(
 class ToyRLResult:
     history: list[dict]                                   # per-step training metrics (reward/…, time/…)
     evals: dict[int, dict[str, dict]] = field(default_factory=dict)    # step -> dataset -> toy summary
-    verdicts: dict[int, list[dict]] = field(default_factory=list)     # step -> per-image verdict dicts
+    verdicts: dict[int, list[dict]] = field(default_factory=dict)     # step -> per-image verdict dicts
 
     def strict_acc(self, dataset: str) -> dict[int, float]:
         return {s: e[dataset]["strict_acc"] for s, e in sorted(self.evals.items()) if dataset in e}

@@ -18,7 +18,7 @@ from deepgen_rl.toy.rl_run import paired_sign_test, run_toy_rl
 ALPHA = 0.01
 CI_STEPS = 12
 CI_FLAGS = dict(rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=8,
-                learning_rate=1e-4, seed=0)
+                learning_rate=3e-4, seed=0)
 
 
 def test_paired_sign_test_matches_the_binomial_tail():
