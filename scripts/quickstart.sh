@@ -30,7 +30,7 @@ mkdir -p "$OUT/logs"
 
 python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, toy_dir, read_meta
 p = ensure_toy_deepgen(); m = read_meta(p['root'])
-print(f\"[quickstart] toy DeepGen ready in {p['root']} (built in {m['build_wall_s']:.0f} s wall, {m['build_cpu_s']:.0f} s CPU)\")"
+print(f\"[quickstart] toy DeepGen ready in {p['root']} (build took {m.get('build_wall_s', '?')} s wall, {m.get('build_cpu_s', '?')} s CPU)\")"
 
 echo "[quickstart] training the toy DeepGen for $STEPS MR-GRPO steps on the CPU (eval every $EVAL_EVERY steps)"
 python -m deepgen_rl.grpo_deepgen \

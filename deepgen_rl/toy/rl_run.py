@@ -40,12 +40,13 @@ class ToyRLResult:
     def strict_acc(self, dataset: str) -> dict[int, float]:
         return {s: e[dataset]["strict_acc"] for s, e in sorted(self.evals.items()) if dataset in e}
 
-    def per_prompt(self, step: int, dataset: str) -> dict[int, float]:
-        """Prompt index -> fraction of its eval images that pass strictly, at eval ``step``."""
-        out: dict[int, list[bool]] = {}
+    def per_prompt(self, step: int, dataset: str, metric: str = "strict") -> dict[int, float]:
+        """Prompt index -> mean over its eval images at eval ``step`` of ``metric``: ``"strict"`` (all claims
+        pass, 0/1) or ``"score"`` (fraction of claims that pass)."""
+        out: dict[int, list[float]] = {}
         for v in self.verdicts[step]:
             if v["dataset"] == dataset:
-                out.setdefault(v["index"], []).append(v["strict"])
+                out.setdefault(v["index"], []).append(float(v[metric]))
         return {i: sum(b) / len(b) for i, b in sorted(out.items())}
 
 
