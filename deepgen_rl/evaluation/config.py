@@ -45,7 +45,7 @@ import yaml
 
 logger = logging.getLogger(__name__)
 
-SCORING_CHOICES = ("unigenbench/en", "unigenbench/zh", "none")
+SCORING_CHOICES = ("unigenbench/en", "unigenbench/zh", "toy", "none")  # toy: deepgen_rl.toy.checker, no judge
 
 # (test points key, descriptions key) per language
 _TESTPOINT_KEYS = {"en": ("Testpoints", "Testpoint Description"), "zh": ("考点", "考点对应描述")}
@@ -288,7 +288,7 @@ def load_eval_config(path: str | Path) -> list[EvalDatasetSpec]:
         if not prompt_path.is_file():
             raise FileNotFoundError(f"{path}: dataset {name!r}: prompt file not found: {prompt_path}")
         scoring = _parse_scoring(entry.get("scoring"), name)
-        if scoring and prompt_path.suffix.lower() != ".csv":
+        if scoring and scoring.startswith("unigenbench/") and prompt_path.suffix.lower() != ".csv":
             raise ValueError(f"{path}: dataset {name!r}: {scoring} scoring needs a UniGenBench .csv")
         prompts, malformed = load_prompt_file(prompt_path, scoring_language(scoring))
         height, width = _parse_size(entry, name, path)

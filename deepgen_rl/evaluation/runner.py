@@ -72,6 +72,11 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
                                            seed=seed, transformer=transformer, batch_size=batch_size,
                                            progress=progress)
             local_records += [r.to_dict() for r in records]
+            if spec.scoring == "toy":  # programmatic checker (deepgen_rl.toy), no judge server
+                from deepgen_rl.toy.evaluate import score_eval_records
+
+                local_judgments += score_eval_records(step_dir, [r.to_dict() for r in records])
+                continue
             if client is None or not spec.scoring or not records:
                 continue
             items = {p.index: p for p in spec.prompts}
@@ -89,10 +94,11 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
     all_judgments = sorted((j for _, js in gathered for j in js), key=lambda j: (j["dataset"], j["index"], j["dup"]))
 
     summaries: dict[str, dict[str, Any]] = {}
+    toy_specs = [spec.name for spec in eval_specs if spec.scoring == "toy"]
     for spec in eval_specs:
         n = sum(r["dataset"] == spec.name for r in all_records)
         size = [{"height": sizes[spec.name][0], "width": sizes[spec.name][1], "num_images": n}]
-        if judge and spec.scoring:
+        if judge and spec.scoring and spec.name not in toy_specs:
             js = [Judgment.from_dict(j) for j in all_judgments if j["dataset"] == spec.name]
             summaries[spec.name] = compute_unigenbench_summary(
                 spec.name, spec.prompts, js, language=spec.language, malformed_rows=spec.malformed_rows,
@@ -101,6 +107,16 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
             summaries[spec.name] = {"dataset": spec.name, "num_images": n, "image_size": size}
         summaries[spec.name]["step"] = step
     metrics = summary_to_metrics(summaries)
+    if toy_specs:
+        from deepgen_rl.toy.evaluate import summarize, summary_metrics, write_toy_report
+
+        toy_verdicts = [j for j in all_judgments if j["dataset"] in toy_specs]
+        toy_summaries = {ds: summarize([j for j in toy_verdicts if j["dataset"] == ds]) for ds in toy_specs}
+        for ds, s in toy_summaries.items():
+            metrics.update(summary_metrics(ds, s))
+        all_judgments = [j for j in all_judgments if j["dataset"] not in toy_specs]
+        if rank == 0:
+            write_toy_report(step_dir, toy_summaries, toy_verdicts, title=f"Toy-world eval — step {step}")
     if rank == 0:
         write_eval_reports(step_dir, summaries, {s.name: s.prompts for s in eval_specs}, all_judgments,
                            records=all_records, title=f"UniGenBench eval — step {step}")

@@ -10,6 +10,7 @@ from .combine import compute_weighted_rewards
 from . import brightness, clip_sim, color_target, jpeg, ocr, unifiedreward  # noqa: E402,F401
 from . import (aesthetic, geneval, hpsv2, imagereward, ocr_local, ocr_vlm, pickscore, remote,  # noqa: E402,F401,I001
                unifiedreward_pointwise)
+from . import toy_compositional  # noqa: E402,F401
 
 __all__ = [
     "MultiRewardOutput",

@@ -1,0 +1,136 @@
+"""Sample efficiency on the toy world: held-out strict accuracy against training CPU-seconds, per algorithm choice.
+
+Arms (each a fresh copy of the pre-trained toy DeepGen, the same seed, prompts and eval noise; only the named flag
+differs from the base arm ``cps/gdpo``):
+  samplers   cps_sde (η 0.7) | flowgrpo_sde (η 0.7) | dance_sde (η 0.3)
+  advantages gdpo | grpo                                   (with cps_sde)
+  trajectory full (timestep_fraction 0.6) | SDE window of 3 steps (Flow-GRPO-Fast style, cps_sde)
+Each arm trains ``--steps`` MR-GRPO steps, evaluating held-out strict accuracy (ODE, fixed seeds;
+assets/rl_datasets/toy/eval) at step 0 and every ``--eval_every`` steps. CPU-seconds = process CPU time spent in
+training from the step-0 eval on (evaluation time excluded), measured with ``time.process_time`` around every
+eval.
+Prints one table (accuracy at each eval + CPU-s), the gain per 100 CPU-s per arm, and writes a PNG.
+
+  python bench/toy_sample_efficiency.py                      # all 6 arms, 40 steps each
+  python bench/toy_sample_efficiency.py --arms cps,flowgrpo  # a subset
+  python bench/toy_sample_efficiency.py --smoke              # 2 arms x 2 steps (tests/bench)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, load_note, print_rerun, print_table, setup_env  # noqa: E402
+
+ARMS = {
+    "cps": dict(atrain_sde_sampler="cps_sde", sde_eta=0.7),
+    "flowgrpo": dict(atrain_sde_sampler="flowgrpo_sde", sde_eta=0.7),
+    "dance": dict(atrain_sde_sampler="dance_sde", sde_eta=0.3),
+    "grpo": dict(atrain_sde_sampler="cps_sde", sde_eta=0.7, atrain_adv_type="grpo"),
+    "window": dict(atrain_sde_sampler="cps_sde", sde_eta=0.7, sde_window_size=3),
+}
+ARMS["gdpo"] = ARMS["cps"]
+
+
+def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict) -> list[tuple[int, float, float]]:
+    """[(step, training CPU-s so far, held-out strict accuracy)] of one arm."""
+    import deepgen_rl.trainer.eval_hook as eval_hook
+    from deepgen_rl.models import build_model
+    from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG, run_toy_rl
+
+    original = eval_hook.run_training_eval
+    marks: list[tuple[int, float]] = []
+    eval_cpu = [0.0]
+    start = time.process_time()
+
+    def timed_eval(trainer, step):
+        t0 = time.process_time()
+        marks.append((step, t0 - start - eval_cpu[0]))
+        try:
+            return original(trainer, step)
+        finally:
+            eval_cpu[0] += time.process_time() - t0
+
+    eval_hook.run_training_eval = timed_eval
+    try:
+        model = build_model(TOY_MODEL_CONFIG)
+        start = time.process_time()
+        res = run_toy_rl(workdir / name, steps=steps, eval_every=eval_every, model=model, **{**flags, **ARMS[name]})
+    finally:
+        eval_hook.run_training_eval = original
+    acc = res.strict_acc("toy_heldout")
+    zero = marks[0][1]  # CPU-s are counted from the step-0 eval: imports and trainer set-up are left out
+    return [(s, cpu - zero, acc[s]) for s, cpu in marks if s in acc]
+
+
+def plot(curves: dict[str, list[tuple[int, float, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, pts in curves.items():
+        ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", label=name)
+    ax.set_xlabel("training CPU-seconds (eval excluded)")
+    ax.set_ylabel("held-out strict accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arms", default="cps,flowgrpo,dance,gdpo,grpo,window")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--eval_every", type=int, default=10)
+    p.add_argument("--png", default=str(ROOT / "outputs" / "toy_sample_efficiency.png"))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--smoke", action="store_true", help="2 arms x 2 steps, small batches")
+    a = p.parse_args(argv)
+    setup_env(a.threads)
+    names = ["cps", "flowgrpo"] if a.smoke else [n.strip() for n in a.arms.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ARMS]
+    if unknown:
+        p.error(f"--arms: unknown {unknown}; choose from {sorted(ARMS)}")
+    steps, every = (2, 2) if a.smoke else (a.steps, a.eval_every)
+    flags = dict(rollout_micro_batch_size=16, atrain_micro_batch_size=16, rollout_n=4,
+                 num_inference_steps=6) if a.smoke else {}
+    print(load_note())
+    workdir = Path(tempfile.mkdtemp(prefix="toy_bench_"))
+    curves = {}
+    try:
+        for name in dict.fromkeys(names):  # "gdpo" and "cps" are the same arm: run once, report under both names
+            key = "cps" if name == "gdpo" else name
+            if key not in curves:
+                curves[key] = run_arm(key, steps, every, workdir, flags)
+            curves[name] = curves[key]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    curves = {n: curves[n] for n in names}
+    evals = [s for s, _, _ in curves[names[0]]]
+    rows = []
+    for n, pts in curves.items():
+        gain = (pts[-1][2] - pts[0][2]) / max(pts[-1][1], 1e-9) * 100
+        rows.append([n] + [f"{acc:.3f} @ {cpu:.0f}s" for _, cpu, acc in pts] + [f"{gain:+.3f}"])
+    print_table("held-out strict accuracy @ training CPU-seconds", ["arm"] + [f"step {s}" for s in evals]
+                + ["gain / 100 CPU-s"], rows)
+    png = Path(a.png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    plot(curves, png)
+    print(f"wrote {png}")
+    print(load_note())
+    print_rerun(__file__, threads=a.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

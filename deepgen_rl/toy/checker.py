@@ -1,0 +1,165 @@
+"""Programmatic checker of the toy world (GenEval-style): image + spec -> pass/fail per claim.
+
+Reading an image (uint8 RGB, any size; coordinates are scaled to 64 px):
+  1. A pixel is *coloured* if its chroma max−min ≥ 60 and its saturation (max−min)/max ≥ 0.4; its colour is the
+     palette colour of nearest hue (circular distance ≤ 28°). Mixing a flat colour with the neutral background or
+     blurring it keeps its hue, so anti-aliased edges and blur shrink a shape a little instead of recolouring it.
+  2. Blobs = 8-connected components of each colour with area ≥ ``MIN_AREA`` px (at 64 px).
+  3. A blob's shape: *triangle* if its mass centroid lies low in its bounding box ((cy−y0)/h ≥ 0.57, an apex-up
+     triangle has 2/3) or it fills < 0.6 of the box; else *square* if its four corner cells (each 25% of the box side)
+     are ≥ 45% filled; else *circle*.
+
+Claims per object group (colour c, shape s, count n) and their types:
+  ``color``     at least one blob of colour c
+  ``shape``     at least one blob of colour c, and every blob of colour c has shape s
+  ``count``     exactly n blobs of colour c
+  ``position``  region: the largest c-blob's centroid lies in that half (left: cx < 32, …);
+                relation "A left of B": cx_A + 2 < cx_B for the largest blobs of A's and B's colours (likewise
+                right of / above / below); fails if either is missing.
+Strict accuracy = all claims of an image pass; the reward is the fraction of claims that pass.
+"""
+
+from __future__ import annotations
+
+import colorsys
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import ndimage
+
+from .world import COLORS, IMAGE_SIZE, Spec, parse_caption
+
+MIN_AREA = 20
+MIN_CHROMA = 60
+MIN_SATURATION = 0.4
+MAX_HUE_DISTANCE = 28.0
+RELATION_MARGIN = 2.0
+CLAIM_TYPES = ("color", "shape", "count", "position")
+_PALETTE_HUES = {name: colorsys.rgb_to_hsv(*(c / 255 for c in rgb))[0] * 360 for name, rgb in COLORS.items()}
+
+
+@dataclass(frozen=True)
+class Blob:
+    color: str
+    shape: str
+    area: int    # pixels at 64 px
+    cx: float    # centroid, 64-px coordinates
+    cy: float
+
+
+@dataclass(frozen=True)
+class Claim:
+    type: str      # one of CLAIM_TYPES
+    text: str      # e.g. "2x red" or "red circle left of blue square"
+    passed: bool
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    claims: tuple[Claim, ...]
+    blobs: tuple[Blob, ...]
+
+    @property
+    def score(self) -> float:
+        """Fraction of claims that pass, in [0, 1]."""
+        return sum(c.passed for c in self.claims) / len(self.claims)
+
+    @property
+    def strict(self) -> bool:
+        return all(c.passed for c in self.claims)
+
+    def verdict(self) -> str:
+        """Short human-readable verdict, e.g. "PASS" or "FAIL: count 2x red; position red left of blue"."""
+        failed = [f"{c.type} {c.text}" for c in self.claims if not c.passed]
+        return "PASS" if not failed else "FAIL: " + "; ".join(failed)
+
+
+def color_labels(image: np.ndarray) -> np.ndarray:
+    """int8 [H, W]: index into ``list(COLORS)`` of each pixel's colour, −1 for background / unreadable."""
+    rgb = image.astype(np.float32)
+    mx, mn = rgb.max(-1), rgb.min(-1)
+    chroma = mx - mn
+    sat = chroma / np.maximum(mx, 1.0)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    safe = np.maximum(chroma, 1e-6)
+    hue = np.where(mx == r, ((g - b) / safe) % 6, np.where(mx == g, (b - r) / safe + 2, (r - g) / safe + 4)) * 60
+    hues = np.array(list(_PALETTE_HUES.values()), dtype=np.float32)
+    dist = np.abs(hue[..., None] - hues)
+    dist = np.minimum(dist, 360 - dist)
+    best = dist.argmin(-1)
+    ok = (chroma >= MIN_CHROMA) & (sat >= MIN_SATURATION) & (dist.min(-1) <= MAX_HUE_DISTANCE)
+    return np.where(ok, best, -1).astype(np.int8)
+
+
+def classify_shape(mask: np.ndarray) -> str:
+    """Shape of one blob given its boolean mask cropped to its bounding box (see module docstring)."""
+    h, w = mask.shape
+    ys, _ = np.nonzero(mask)
+    fill = mask.mean()
+    cy_rel = (ys.mean() + 0.5) / h
+    if cy_rel >= 0.57 or fill < 0.6:
+        return "triangle"
+    ch, cw = max(1, round(h * 0.25)), max(1, round(w * 0.25))
+    corners = np.concatenate([mask[:ch, :cw].ravel(), mask[:ch, -cw:].ravel(), mask[-ch:, :cw].ravel(),
+                              mask[-ch:, -cw:].ravel()])
+    return "square" if corners.mean() >= 0.45 else "circle"
+
+
+def find_blobs(image) -> list[Blob]:
+    """Blobs of an image (PIL image or uint8 array [H, W, 3]); resized to 64 px first if needed."""
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        im = image.convert("RGB")
+        if im.size != (IMAGE_SIZE, IMAGE_SIZE):
+            im = im.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR)
+        image = np.asarray(im)
+    labels = color_labels(np.asarray(image))
+    names = list(COLORS)
+    blobs = []
+    for k, name in enumerate(names):
+        comp, n = ndimage.label(labels == k, structure=np.ones((3, 3), dtype=bool))
+        for i, sl in enumerate(ndimage.find_objects(comp), start=1):
+            mask = comp[sl] == i
+            area = int(mask.sum())
+            if area < MIN_AREA:
+                continue
+            ys, xs = np.nonzero(mask)
+            blobs.append(Blob(name, classify_shape(mask), area, float(xs.mean() + sl[1].start + 0.5),
+                              float(ys.mean() + sl[0].start + 0.5)))
+    return blobs
+
+
+def check(image, spec: Spec | str) -> CheckResult:
+    """Claims of ``spec`` (or of a caption, parsed) checked on ``image`` (see module docstring)."""
+    if isinstance(spec, str):
+        spec = parse_caption(spec)
+    blobs = find_blobs(image)
+    by_color: dict[str, list[Blob]] = {}
+    for b in blobs:
+        by_color.setdefault(b.color, []).append(b)
+    claims: list[Claim] = []
+    for obj in spec.objects:
+        mine = by_color.get(obj.color, [])
+        claims.append(Claim("color", obj.color, bool(mine)))
+        claims.append(Claim("shape", f"{obj.color} {obj.shape}", bool(mine) and all(b.shape == obj.shape
+                                                                                     for b in mine)))
+        claims.append(Claim("count", f"{obj.count}x {obj.color}", len(mine) == obj.count))
+    if spec.position is not None:
+        kind, value = spec.position
+        largest = [max(by_color[o.color], key=lambda b: b.area) if by_color.get(o.color) else None
+                   for o in spec.objects]
+        half = IMAGE_SIZE / 2
+        if kind == "region":
+            a = largest[0]
+            ok = a is not None and {"left": a.cx < half, "right": a.cx > half, "top": a.cy < half,
+                                    "bottom": a.cy > half}[value]
+            text = f"{spec.objects[0].color} {value}"
+        else:
+            a, b = largest
+            ok = a is not None and b is not None and {
+                "left of": a.cx + RELATION_MARGIN < b.cx, "right of": a.cx > b.cx + RELATION_MARGIN,
+                "above": a.cy + RELATION_MARGIN < b.cy, "below": a.cy > b.cy + RELATION_MARGIN}[value]
+            text = f"{spec.objects[0].color} {value} {spec.objects[1].color}"
+        claims.append(Claim("position", text, bool(ok)))
+    return CheckResult(tuple(claims), tuple(blobs))

@@ -1,0 +1,38 @@
+"""Standalone toy-world evaluation of a model (+ optional RL checkpoint), the same code path as ``eval_freq``.
+
+``python -m deepgen_rl.toy.eval_cli --output_dir outputs/toy_eval [--checkpoint outputs/run/checkpoint-40]``
+writes ``<output_dir>/step_<step>/toy.html`` (every image with its checker verdict), ``toy_summary.json`` and
+``toy_verdicts.jsonl``, and prints strict accuracy and per-claim-type accuracy per dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output_dir", required=True)
+    p.add_argument("--model_config", default="configs/models/deepgen_toy.py")
+    p.add_argument("--checkpoint", default=None, help="RL checkpoint directory (or .pth / .safetensors) to load")
+    p.add_argument("--eval_dataset_config", default="assets/rl_datasets/toy/eval/eval_toy.yaml")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--step", type=int, default=0, help="label of the output folder step_<step>")
+    p.add_argument("--image_size", type=int, default=64)
+    a = p.parse_args(argv)
+
+    from deepgen_rl.evaluation.config import load_eval_config
+    from deepgen_rl.evaluation.runner import run_unigenbench_eval
+    from deepgen_rl.models import build_model
+
+    model = build_model(a.model_config, checkpoint=a.checkpoint)
+    metrics = run_unigenbench_eval(model, load_eval_config(a.eval_dataset_config), a.output_dir, a.step,
+                                   height=a.image_size, width=a.image_size, seed=a.seed, judge=False,
+                                   batch_size=32)
+    print(json.dumps({k: round(v, 4) for k, v in sorted(metrics.items())}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

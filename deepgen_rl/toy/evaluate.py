@@ -1,0 +1,160 @@
+"""Toy-world evaluation: sample images for toy prompts, check them, and summarise.
+
+Metrics of a set of checked images (each image i has claims c with pass bits p_ic):
+  strict_acc            mean over images of [all claims of i pass]           (GenEval's headline number)
+  claim_score           mean over images of (fraction of i's claims that pass) (= the mean toy_compositional reward)
+  claim_acc/<type>      passed / total over all claims of that type (color, shape, count, position)
+  strict_acc/<kind>     strict accuracy of the images whose caption is of that kind (single, count, region, relation)
+
+Used by the eval runner (``scoring: toy`` in an eval YAML), the RL proof tests, the quickstart and the benchmark.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .checker import CLAIM_TYPES, CheckResult, check
+from .world import KINDS, parse_caption
+
+SUMMARY_FILE = "toy_summary.json"
+VERDICTS_FILE = "toy_verdicts.jsonl"
+HTML_FILE = "toy.html"
+
+
+@dataclass
+class ToyVerdict:
+    prompt: str
+    kind: str
+    result: CheckResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "kind": self.kind, "strict": self.result.strict, "score": self.result.score,
+                "verdict": self.result.verdict(),
+                "claims": [{"type": c.type, "text": c.text, "passed": c.passed} for c in self.result.claims]}
+
+
+def check_images(images, prompts: Sequence[str]) -> list[ToyVerdict]:
+    """One verdict per (image, prompt); prompts must be toy-grammar captions (`CaptionError` otherwise)."""
+    out = []
+    for img, p in zip(images, prompts, strict=True):
+        spec = parse_caption(p)
+        out.append(ToyVerdict(p, spec.kind, check(img, spec)))
+    return out
+
+
+def summarize(verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Metrics (module docstring) of verdict dicts (`ToyVerdict.to_dict`); None where there is nothing to count."""
+    n = len(verdicts)
+    out: dict[str, Any] = {"num_images": n,
+                           "strict_acc": sum(v["strict"] for v in verdicts) / n if n else None,
+                           "claim_score": sum(v["score"] for v in verdicts) / n if n else None,
+                           "claim_acc": {}, "strict_acc_by_kind": {}, "claims_by_type": {}}
+    for t in CLAIM_TYPES:
+        cs = [c["passed"] for v in verdicts for c in v["claims"] if c["type"] == t]
+        out["claims_by_type"][t] = len(cs)
+        out["claim_acc"][t] = sum(cs) / len(cs) if cs else None
+    for k in KINDS:
+        vs = [v["strict"] for v in verdicts if v["kind"] == k]
+        out["strict_acc_by_kind"][k] = sum(vs) / len(vs) if vs else None
+    return out
+
+
+def summary_metrics(name: str, summary: dict[str, Any], prefix: str = "eval") -> dict[str, float]:
+    """Flat ``eval/<name>/strict_acc``, ``…/claim_score``, ``…/claim_acc/<type>``, ``…/strict_acc/<kind>``."""
+    base = f"{prefix}/{name}"
+    out = {f"{base}/num_images": float(summary["num_images"])}
+    for key in ("strict_acc", "claim_score"):
+        if summary[key] is not None:
+            out[f"{base}/{key}"] = float(summary[key])
+    for t, v in summary["claim_acc"].items():
+        if v is not None:
+            out[f"{base}/claim_acc/{t}"] = float(v)
+    for k, v in summary["strict_acc_by_kind"].items():
+        if v is not None:
+            out[f"{base}/strict_acc/{k}"] = float(v)
+    return out
+
+
+@torch.no_grad()
+def sample_toy_images(model, prompts: Sequence[str], seeds: Sequence[int], *, num_inference_steps: int = 10,
+                      cfg_scale: float = 0.0, transformer=None, batch_size: int = 32, image_size: int = 64):
+    """ODE (Euler) samples, image i from ``torch.Generator().manual_seed(seeds[i])`` noise (batch-independent)."""
+    from deepgen_rl.evaluation.generate import sample_latents
+    from deepgen_rl.rollout import latents_to_pil
+
+    shape = tuple(model.latent_shape(image_size, image_size))
+    uncond = model.encode_prompts([""]) if cfg_scale > 1.0 else None
+    images = []
+    for i in range(0, len(prompts), batch_size):
+        chunk = list(prompts[i:i + batch_size])
+        noise = torch.stack([torch.randn(shape, generator=torch.Generator().manual_seed(int(s)))
+                             for s in seeds[i:i + batch_size]])
+        x = sample_latents(model, model.encode_prompts(chunk), noise, cfg_scale=cfg_scale,
+                           num_inference_steps=num_inference_steps, inference_mode="ode", uncond=uncond,
+                           transformer=transformer)
+        images += latents_to_pil(model.decode_latents(x))
+    return images
+
+
+def evaluate_prompts(model, prompts: Sequence[str], *, seed: int = 0, duplicates: int = 1, **sample_kw
+                     ) -> tuple[list, list[ToyVerdict]]:
+    """Sample ``duplicates`` images per prompt (seed of image (i, d) = derive_seed("toy-eval", seed, i, d)) and
+    check them; returns (images, verdicts) in prompt-major order."""
+    from deepgen_rl.utils.seeding import derive_seed
+
+    items = [(i, p, d) for i, p in enumerate(prompts) for d in range(duplicates)]
+    seeds = [derive_seed("toy-eval", seed, i, d) % (2 ** 63) for i, _, d in items]
+    images = sample_toy_images(model, [p for _, p, _ in items], seeds, **sample_kw)
+    return images, check_images(images, [p for _, p, _ in items])
+
+
+def write_toy_report(out_dir: str | Path, summaries: dict[str, dict[str, Any]],
+                     verdicts: Sequence[dict[str, Any]], *, title: str = "Toy-world eval") -> Path:
+    """``toy_summary.json``, ``toy_verdicts.jsonl`` and ``toy.html`` (summary tables + every image with its
+    verdict; verdict dicts carry ``dataset`` and ``rel_path``) in ``out_dir``; returns the HTML path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summaries, indent=2), encoding="utf-8")
+    with (out_dir / VERDICTS_FILE).open("w", encoding="utf-8") as f:
+        for v in verdicts:
+            f.write(json.dumps(v) + "\n")
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    for ds, s in summaries.items():
+        rows = [("strict accuracy", s["strict_acc"]), ("mean claim score", s["claim_score"])]
+        rows += [(f"claim accuracy: {t} ({s['claims_by_type'][t]} claims)", v) for t, v in s["claim_acc"].items()]
+        rows += [(f"strict accuracy: {k} prompts", v) for k, v in s["strict_acc_by_kind"].items()]
+        table = "".join(f"<tr><td>{html.escape(k)}</td><td>{'—' if v is None else f'{v:.3f}'}</td></tr>"
+                        for k, v in rows)
+        cards = "".join(
+            f'<figure class="{"pass" if v["strict"] else "fail"}"><img src="{html.escape(v["rel_path"])}" '
+            f'width="128"><figcaption>{html.escape(v["prompt"])}<br><b>{html.escape(v["verdict"])}</b>'
+            f'</figcaption></figure>' for v in verdicts if v.get("dataset") == ds and v.get("rel_path"))
+        parts.append(f"<h2>{html.escape(ds)} ({s['num_images']} images)</h2><table>{table}</table>"
+                     f"<div>{cards}</div>")
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>toy eval</title><style>"
+            "body{font-family:sans-serif} td{border:1px solid #ccc;padding:3px 8px} table{border-collapse:collapse}"
+            "figure{display:inline-block;width:150px;margin:4px;font-size:11px;vertical-align:top}"
+            "figure.pass{border:3px solid #3a3} figure.fail{border:3px solid #c33}"
+            "</style></head><body>" + "".join(parts) + "</body></html>")
+    path = out_dir / HTML_FILE
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def score_eval_records(step_dir: str | Path, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Check eval images written by ``generate_eval_images`` (record dicts with dataset/index/dup/prompt/rel_path);
+    returns verdict dicts carrying those keys too."""
+    from PIL import Image
+
+    out = []
+    for r in records:
+        with Image.open(Path(step_dir) / r["rel_path"]) as im:
+            v = check_images([im.convert("RGB")], [r["prompt"]])[0]
+        out.append({**{k: r[k] for k in ("dataset", "index", "dup", "rel_path")}, **v.to_dict()})
+    return out

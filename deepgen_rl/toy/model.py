@@ -1,0 +1,317 @@
+"""The pre-trained toy DeepGen: the real model's classes, trained on the toy world, built once and cached.
+
+`ensure_toy_deepgen()` returns the paths of ``toy_dir()``, building it first if absent or stale::
+
+    toy_dir/qwen/             Qwen2_5_VLForConditionalGeneration (random, frozen) + BPE tokenizer of the toy grammar
+    toy_dir/sd3/transformer/  SD3Transformer2DModel (pre-trained)
+    toy_dir/sd3/vae/          AutoencoderKL (trained to reconstruct toy images; scaling/shift set from its latents)
+    toy_dir/sd3/scheduler/    FlowMatchEulerDiscreteScheduler(shift=3.0)
+    toy_dir/deepgen_toy.pth   SFT-layout checkpoint (4.51 keys): DiT, connector, projectors, think tokens, VLM LoRA
+    toy_dir/toy_meta.json     version, config hash, seed, build time, pre-training losses
+
+``configs/models/deepgen_toy.py`` loads it through ``build_model`` like the real model.
+
+Build (all randomness from ``seed``; single-threaded torch ops are deterministic on CPU):
+  1. VAE: MSE reconstruction + 1e-6·KL on rendered train-split images (Adam).
+  2. DiT + connector + projector_1/2/3 + think tokens: the flow-matching loss of ``deepgen_rl.sft`` —
+     mean (v_θ(x_σ, σ, c) − (ε − x₀))², σ from ``sample_sigmas`` (shift 3), captions dropped with p = 0.1 — on
+     (caption, image) pairs of the train split. Unlike RL and ``sft_aux_loss`` (DiT only), the gradient also flows
+     through ``encode_prompts`` into the connector, projectors and think tokens (the frozen random VLM stays as is),
+     so the conditioning learns to tell prompts apart.
+The cache key is ``TOY_VERSION`` + a hash of ``TOY_CONFIG``: bump ``TOY_VERSION`` when the model code changes how a
+prompt reaches the DiT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from deepgen_rl.models.tiny import QWEN_SPECIAL_TOKENS
+
+TOY_VERSION = "toy-v2"  # v2: built with pad text rows masked in the DiT (batch-longest padding)
+DONE_MARKER = "toy_meta.json"
+CHECKPOINT_NAME = "deepgen_toy.pth"
+
+# Everything that shapes the built model. Its hash keys the cache (with TOY_VERSION).
+TOY_CONFIG: dict[str, Any] = dict(
+    seed=0,
+    text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=7, num_attention_heads=4,
+              num_key_value_heads=2, mrope_section=[2, 3, 3]),
+    vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2),
+    dit=dict(patch_size=1, num_layers=4, num_attention_heads=3, attention_head_dim=32, joint_attention_dim=64,
+             caption_projection_dim=96, pooled_projection_dim=64, dual_attention_layers=()),
+    vae=dict(block_out_channels=(16, 16, 32, 32), norm_num_groups=8),
+    deepgen=dict(connector=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128),
+                 num_queries=8, max_prompt_tokens=24, lora_rank=4, lora_alpha=8),
+    vae_steps=400, vae_batch=16, vae_lr=2e-3,
+    dit_steps=2000, dit_batch=32, dit_lr=1e-3, caption_dropout=0.1,
+)
+
+
+def config_hash(config: dict[str, Any] = TOY_CONFIG) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def toy_dir() -> str:
+    """``$DEEPGEN_TOY_DIR``, else ``toy`` next to ``$DEEPGEN_TINY_DIR``, else ``~/.cache/deepgen_rl/<version>``."""
+    if os.environ.get("DEEPGEN_TOY_DIR"):
+        return os.environ["DEEPGEN_TOY_DIR"]
+    if os.environ.get("DEEPGEN_TINY_DIR"):
+        return os.path.join(os.path.dirname(os.path.abspath(os.environ["DEEPGEN_TINY_DIR"])), "deepgen_toy")
+    return os.path.join(os.path.expanduser("~"), ".cache", "deepgen_rl", TOY_VERSION)
+
+
+def toy_paths(root: str) -> dict[str, str]:
+    root = os.path.abspath(root)
+    return {"root": root, "qwen": os.path.join(root, "qwen"), "sd3": os.path.join(root, "sd3"),
+            "checkpoint": os.path.join(root, CHECKPOINT_NAME)}
+
+
+def read_meta(root: str) -> dict | None:
+    try:
+        with open(os.path.join(root, DONE_MARKER)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _is_current(root: str) -> bool:
+    meta = read_meta(root)
+    return bool(meta) and meta.get("version") == TOY_VERSION and meta.get("config_hash") == config_hash()
+
+
+def ensure_toy_deepgen(progress: bool = True) -> dict[str, str]:
+    """Paths of the cached toy model, building it (announced on stderr, with progress bars) if absent or stale.
+
+    Builds into a temp folder next to the cache and renames it into place, so racing processes never see a
+    half-written model (a loser discards its copy).
+    """
+    root = toy_dir()
+    if _is_current(root):
+        return toy_paths(root)
+    import sys
+
+    print(f"[deepgen_rl.toy] building the toy DeepGen into {root} (one time, a few minutes on 2 CPU cores)",
+          file=sys.stderr, flush=True)
+    parent = os.path.dirname(os.path.abspath(root))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(root)}.tmp-", dir=parent)
+    stale = f"{tmp}-stale"
+    try:
+        make_toy_deepgen(tmp, progress=progress)
+        if os.path.isdir(root) and not _is_current(root):
+            if read_meta(root) is None and os.listdir(root):
+                raise FileExistsError(f"DEEPGEN_TOY_DIR={root} exists and is not a toy-model cache; remove it or "
+                                      f"point DEEPGEN_TOY_DIR elsewhere")
+            try:
+                os.rename(root, stale)
+            except OSError:
+                pass
+        try:
+            os.rename(tmp, root)
+        except OSError:
+            if not _is_current(root):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(stale, ignore_errors=True)
+    return toy_paths(root)
+
+
+# ------------------------------------------------------------------------------------------------ building
+def _train_tokenizer():
+    """Byte-level BPE over the toy grammar's captions and the prompt template (whole words become tokens)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from deepgen_rl.models.deepgen.model import PROMPT_TEMPLATE
+
+    from .world import all_specs, caption
+
+    corpus = [caption(s) for s in all_specs()] + [PROMPT_TEMPLATE.format(prompt="")] * 50
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=QWEN_SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(corpus, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   model_max_length=4096)
+
+
+def _write_base_parts(paths: dict[str, str], cfg: dict[str, Any]) -> None:
+    """Random VLM + tokenizer, DiT, VAE and scheduler in the real folder layout (as `models.tiny`)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    seed = cfg["seed"]
+    tokenizer = _train_tokenizer()
+    tokenizer.save_pretrained(paths["qwen"])
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
+    text = dict(cfg["text"])
+    mrope = text.pop("mrope_section")
+    config = Qwen2_5_VLConfig(
+        text_config=dict(text, vocab_size=512, max_position_embeddings=512, tie_word_embeddings=True,
+                         rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=mrope),
+                         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+                         pad_token_id=ids["<|endoftext|>"]),
+        vision_config=dict(cfg["vision"], out_hidden_size=text["hidden_size"], fullatt_block_indexes=[0],
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(paths["qwen"])
+    torch.manual_seed(seed + 1)
+    SD3Transformer2DModel(sample_size=8, in_channels=16, out_channels=16, pos_embed_max_size=8,
+                          qk_norm="rms_norm", **cfg["dit"]).save_pretrained(os.path.join(paths["sd3"], "transformer"))
+    torch.manual_seed(seed + 2)
+    blocks = len(cfg["vae"]["block_out_channels"])
+    AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * blocks,
+                  up_block_types=("UpDecoderBlock2D",) * blocks, layers_per_block=1, latent_channels=16,
+                  sample_size=64, scaling_factor=1.0, shift_factor=0.0, use_quant_conv=False,
+                  use_post_quant_conv=False, **cfg["vae"]).save_pretrained(os.path.join(paths["sd3"], "vae"))
+    FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0).save_pretrained(
+        os.path.join(paths["sd3"], "scheduler"))
+
+
+def _pixels(images) -> torch.Tensor:
+    from .world import images_to_array
+
+    return torch.from_numpy(images_to_array(images)).permute(0, 3, 1, 2).float() / 255.0
+
+
+def _bar(total: int, desc: str, progress: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", disable=not progress, mininterval=2.0)
+
+
+def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, float]:
+    """Train the VAE in place (then set scaling_factor = 1/std, shift_factor = mean of its latents)."""
+    from diffusers import AutoencoderKL
+
+    from .world import sample_pairs
+
+    vae = AutoencoderKL.from_pretrained(vae_dir)
+    vae.train()
+    rng = random.Random(f"toy-vae|{cfg['seed']}")
+    opt = torch.optim.Adam(vae.parameters(), lr=cfg["vae_lr"])
+    gen = torch.Generator().manual_seed(cfg["seed"] + 10)
+    bar = _bar(cfg["vae_steps"], "toy VAE", progress)
+    loss_v = float("nan")
+    for step in range(cfg["vae_steps"]):
+        x = _pixels([im for _, im in sample_pairs("train", cfg["vae_batch"], rng)]) * 2 - 1
+        post = vae.encode(x).latent_dist
+        z = post.mean + post.std * torch.randn(post.mean.shape, generator=gen)
+        recon = vae.decode(z).sample
+        loss = torch.nn.functional.mse_loss(recon, x) + 1e-6 * post.kl().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss_v = loss.item()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
+    bar.close()
+    vae.eval()
+    with torch.no_grad():
+        x = _pixels([im for _, im in sample_pairs("train", 64, rng)]) * 2 - 1
+        z = vae.encode(x).latent_dist.mean
+        recon_mse = torch.nn.functional.mse_loss(vae.decode(z).sample.clamp(-1, 1), x).item()
+    shift, scale = float(z.mean()), float(1.0 / z.std())
+    vae.register_to_config(shift_factor=shift, scaling_factor=scale)
+    vae.save_pretrained(vae_dir)
+    return {"vae_final_loss": loss_v, "vae_recon_mse": recon_mse, "vae_shift": shift, "vae_scale": scale}
+
+
+def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool) -> dict[str, float]:
+    """Flow-matching pre-training of DiT + connector + projectors + think tokens; writes the SFT checkpoint."""
+    from deepgen_rl.models.build import build_from_config
+    from deepgen_rl.checkpoints.sft import export_sft_state_dict
+    from deepgen_rl.models.deepgen.model import DeepGen
+    from deepgen_rl.rl.losses import sft_flow_matching_loss
+    from deepgen_rl.sft.loss import drop_captions, sample_sigmas
+
+    from .world import sample_pairs
+
+    seed = cfg["seed"]
+    model = build_from_config(dict(cfg["deepgen"], lmm_path=paths["qwen"], sd3_path=paths["sd3"], dtype="float32",
+                                   init_seed=seed + 3))
+    gen = torch.Generator().manual_seed(seed + 4)
+    with torch.no_grad():
+        for proj in (model.projector_2, model.projector_3):
+            proj.weight.copy_(torch.randn(proj.weight.shape, generator=gen) / proj.weight.shape[1] ** 0.5)
+        for name, param in model.lmm.named_parameters():
+            if ".lora_" in name:
+                param.copy_(0.05 * torch.randn(param.shape, generator=gen))
+    model.lmm.requires_grad_(False)
+    model.vae.requires_grad_(False)
+    model.lmm.eval()
+    model.vae.eval()
+    trained = (list(model.transformer.parameters()) + list(model.connector.parameters())
+               + list(model.projector_1.parameters()) + list(model.projector_2.parameters())
+               + list(model.projector_3.parameters()) + [model.meta_queries])
+    for p in trained:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(trained, lr=cfg["dit_lr"], weight_decay=0.0)
+    steps = cfg["dit_steps"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * (0.1 + 0.9 * (1 - s / steps)))
+    rng = random.Random(f"toy-dit|{seed}")
+    noise_gen = torch.Generator().manual_seed(seed + 5)
+    # encode_prompts is no_grad for RL (the conditioning is frozen there); pre-training trains it, so call the
+    # undecorated function.
+    encode_with_grad = DeepGen.encode_prompts.__wrapped__
+    bar = _bar(steps, "toy DiT + connector", progress)
+    losses: list[float] = []
+    for step in range(steps):
+        texts, images = zip(*sample_pairs("train", cfg["dit_batch"], rng))
+        with torch.no_grad():
+            x0 = model.encode_images(_pixels(images))
+        texts, _ = drop_captions(list(texts), cfg["caption_dropout"], noise_gen)
+        cond = encode_with_grad(model, texts)
+        sigma = sample_sigmas(x0.shape[0], model.scheduler_shift, noise_gen)
+        noise = torch.randn(x0.shape, generator=noise_gen)
+        s = sigma.view(-1, 1, 1, 1)
+        v = model.predict_velocity((1 - s) * x0 + s * noise, sigma, cond)
+        loss = sft_flow_matching_loss(v, noise, x0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        bar.update(1)
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
+    bar.close()
+    torch.save(export_sft_state_dict(model, legacy=True), paths["checkpoint"])
+    return {"dit_first_loss": float(np.mean(losses[:50])), "dit_final_loss": float(np.mean(losses[-100:]))}
+
+
+def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any] | None = None) -> dict[str, str]:
+    """Build the toy model into ``out_dir`` (see module docstring); returns its paths."""
+    cfg = dict(TOY_CONFIG if config is None else config)
+    paths = toy_paths(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    t0, cpu0 = time.time(), time.process_time()
+    with torch.random.fork_rng(devices=[]):
+        _write_base_parts(paths, cfg)
+        stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)
+        stats.update(_pretrain_deepgen(paths, cfg, progress))
+    meta = {"version": TOY_VERSION, "config_hash": config_hash(cfg), "seed": cfg["seed"],
+            "build_wall_s": round(time.time() - t0, 1), "build_cpu_s": round(time.process_time() - cpu0, 1),
+            "torch_threads": torch.get_num_threads(), **stats}
+    with open(os.path.join(out_dir, DONE_MARKER), "w") as f:
+        json.dump(meta, f, indent=1)
+    return paths

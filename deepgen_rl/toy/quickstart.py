@@ -1,0 +1,227 @@
+"""Quickstart report for a toy-world run (docs/toy_world.md): does RL teach the model to follow prompts?
+
+``python -m deepgen_rl.toy.quickstart --output_dir outputs/quickstart_toy`` reads the run's ``metrics.jsonl`` and its toy
+evaluations (``eval/step_N/toy_summary.json``, ``toy_verdicts.jsonl`` and the eval images, written by the trainer's
+``eval_freq`` hook with ``--eval_at_start true``), and writes next to them:
+
+  samples_before_after.png  held-out prompts, first eval (top row) vs last eval (bottom row), same noise, each image
+                            captioned with its checker verdict
+  accuracy_curve.png        strict accuracy per eval dataset and held-out claim accuracy per claim type, per step
+  reward_curve.png          the training reward(s) per step
+  report.html               all of it, plus the before/after table of strict, per-claim-type and per-kind accuracy
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+from pathlib import Path
+
+from deepgen_rl.checkpoints.rl_format import latest_checkpoint
+from deepgen_rl.trainer.visuals import make_grid
+
+HELDOUT = "toy_heldout"  # the eval dataset of assets/rl_datasets/toy/eval/eval_toy.yaml shown in the report
+
+
+def read_metrics(output_dir: Path) -> list[dict]:
+    path = output_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: did the training run write any step?")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_reward_curve(metrics: list[dict], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [m.get("step", i + 1) for i, m in enumerate(metrics)]
+    # panel 1: the weighted total per dataset (datasets weight different rewards, so their totals differ in scale
+    # and a mixed per-step total jumps with the prompt mix); then one panel per reward component
+    datasets = sorted({k for m in metrics for k in m if k.startswith("reward_by_dataset/")})
+    rewards = sorted(k for k in metrics[0] if k.startswith("reward/") and k != "reward/total")
+    panels = [("weighted total by dataset", datasets or ["reward/total"])] + [(k, [k]) for k in rewards]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, (title, keys) in zip(axes[0], panels):
+        for key in keys:
+            pts = [(s, m[key]) for s, m in zip(steps, metrics) if key in m and m[key] == m[key]]
+            if not pts:
+                continue
+            xs, ys = zip(*pts)
+            k = max(1, len(ys) // 8)
+            smooth = [sum(ys[max(0, i - k + 1): i + 1]) / len(ys[max(0, i - k + 1): i + 1]) for i in range(len(ys))]
+            label = key.split("/", 1)[1]
+            line, = ax.plot(xs, ys, marker=".", lw=0.8, alpha=0.6, label=f"{label} (per step)")
+            ax.plot(xs, smooth, lw=2, color=line.get_color(), label=f"{label} (mean of last {k})")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def toy_eval_curves(output_dir: Path) -> tuple[dict[int, dict], dict[int, list[dict]]]:
+    """Toy summaries and per-image verdicts of every eval step of the run (``eval/step_N/toy_*``)."""
+    from deepgen_rl.toy.rl_run import read_evals
+
+    evals, verdicts = read_evals(output_dir)
+    if not evals:
+        raise FileNotFoundError(f"no eval/step_*/toy_summary.json in {output_dir}: run training with "
+                                f"--eval_dataset_config assets/rl_datasets/toy/eval/eval_toy.yaml --eval_at_start true")
+    return evals, verdicts
+
+
+def plot_accuracy_curve(evals: dict[int, dict], path: Path) -> Path:
+    """Strict accuracy per eval dataset, and held-out claim accuracy per claim type, against the training step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted(evals)
+    datasets = sorted({d for e in evals.values() for d in e})
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ds in datasets:
+        pts = [(s, evals[s][ds]["strict_acc"]) for s in steps if ds in evals[s]]
+        axes[0].plot(*zip(*pts), marker="o", label=ds)
+    axes[0].set_title("strict accuracy (all claims pass)")
+    heldout = HELDOUT if HELDOUT in datasets else datasets[0]
+    for t in evals[steps[0]][heldout]["claim_acc"]:
+        pts = [(s, evals[s][heldout]["claim_acc"][t]) for s in steps if evals[s][heldout]["claim_acc"][t] is not None]
+        if pts:
+            axes[1].plot(*zip(*pts), marker=".", label=t)
+    axes[1].set_title(f"{heldout}: claim accuracy by type")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def before_after_grid(output_dir: Path, verdicts: dict[int, list[dict]], path: Path, *, dataset: str = "",
+                      num_prompts: int = 12) -> tuple[Path, dict[str, int]]:
+    """The first ``num_prompts`` held-out prompts (image 0 of each, the same noise before and after): the first
+    eval step's image above the last one's, each captioned with its checker verdict. Returns (path, counts of
+    fail->pass / pass->fail / unchanged over ALL eval images of the dataset)."""
+    from PIL import Image
+
+    first, last = min(verdicts), max(verdicts)
+    dataset = dataset or HELDOUT
+    key = lambda v: (v["index"], v["dup"])  # noqa: E731
+    before = {key(v): v for v in verdicts[first] if v["dataset"] == dataset}
+    after = {key(v): v for v in verdicts[last] if v["dataset"] == dataset}
+    shown = [k for k in sorted(before) if k[1] == 0][:num_prompts]
+    images, captions = [], []
+    for step, table in ((first, before), (last, after)):
+        for k in shown:
+            v = table[k]
+            with Image.open(output_dir / "eval" / f"step_{step}" / v["rel_path"]) as im:
+                images.append(im.convert("RGB"))
+            failed = sorted({c["type"] for c in v["claims"] if not c["passed"]})
+            captions.append(f"{v['prompt']} | step {step}: " + ("PASS" if not failed else "FAIL " + ",".join(failed)))
+    grid = make_grid(images, captions, columns=len(shown), thumb=160)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    grid.save(path)
+    changes = {"fail->pass": 0, "pass->fail": 0, "unchanged": 0}
+    for k, v in before.items():
+        a = after[k]["strict"]
+        changes["fail->pass" if a and not v["strict"] else "pass->fail" if v["strict"] and not a else "unchanged"] += 1
+    return path, changes
+
+
+def claim_table(evals: dict[int, dict]) -> list[tuple[str, str, float | None, float | None]]:
+    """(dataset, metric, first eval, last eval) rows: strict accuracy, claim score, per-claim-type, per-kind."""
+    first, last = evals[min(evals)], evals[max(evals)]
+    rows = []
+    for ds in sorted(first):
+        a, b = first[ds], last.get(ds, first[ds])
+        rows += [(ds, "strict_acc", a["strict_acc"], b["strict_acc"]), (ds, "claim_score", a["claim_score"],
+                                                                          b["claim_score"])]
+        rows += [(ds, f"claim_acc/{t}", a["claim_acc"][t], b["claim_acc"][t]) for t in a["claim_acc"]]
+        rows += [(ds, f"strict_acc/{k}", a["strict_acc_by_kind"][k], b["strict_acc_by_kind"][k])
+                 for k in a["strict_acc_by_kind"]]
+    return rows
+
+
+def _fmt(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], changes: dict[str, int],
+                 checkpoint: Path | None) -> Path:
+    last = metrics[-1]
+    first_step, last_step = min(evals), max(evals)
+    rows = "".join(f"<tr><td>{html.escape(ds)}</td><td>{html.escape(m)}</td><td>{_fmt(a)}</td><td>{_fmt(b)}</td></tr>"
+                   for ds, m, a, b in claim_table(evals))
+    toy_pages = "".join(
+        f'<li><a href="eval/step_{s}/toy.html">step {s}</a></li>' for s in sorted(evals))
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>DeepGen-RL quickstart</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 10px}} img{{max-width:100%}}</style></head><body>
+<h1>DeepGen-RL quickstart: RL teaches prompt following in the toy world</h1>
+<p>{len(metrics)} MR-GRPO steps on the pre-trained toy DeepGen (CPU), reward <code>toy_compositional</code> (the
+fraction of the prompt's claims — colour, shape, count, position — that a programmatic checker finds in the image).
+Evaluation: held-out compositions (colour–shape pairs never seen in pre-training; the eval prompts are never trained
+on), ODE sampling with the same noise at every eval step. Checkpoint:
+<code>{html.escape(str(checkpoint) if checkpoint else "none")}</code>.</p>
+<h2>Before / after (step {first_step} above, step {last_step} below; same noise)</h2>
+<p>Each image is captioned with its checker verdict (PASS, or the claims that fail). Over all
+{sum(changes.values())} held-out eval images: {changes["fail->pass"]} went from FAIL to PASS,
+{changes["pass->fail"]} from PASS to FAIL, {changes["unchanged"]} kept their verdict.</p>
+<img src="samples_before_after.png" alt="before/after">
+<h2>Held-out accuracy during training</h2><img src="accuracy_curve.png" alt="accuracy curve">
+<h2>Accuracy before and after (eval step {first_step} vs {last_step})</h2>
+<table><tr><th>dataset</th><th>metric</th><th>before</th><th>after</th></tr>{rows}</table>
+<h2>Reward curves</h2><img src="reward_curve.png" alt="reward curve">
+<h2>Every eval image with its verdict</h2><ul>{toy_pages}</ul>
+<p>Step time (last step): {last.get("time/step_s", float("nan")):.2f} s;
+rollout {last.get("time/rollout_s", float("nan")):.2f} s, reward wait {last.get("time/reward_wait_s", float("nan")):.2f} s,
+update {last.get("time/update_s", float("nan")):.2f} s.</p>
+</body></html>"""
+    path = output_dir / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output_dir", required=True)
+    p.add_argument("--num_prompts", type=int, default=12, help="held-out prompts shown in the before/after grid")
+    a = p.parse_args(argv)
+    out = Path(a.output_dir)
+    metrics = read_metrics(out)
+    curve = plot_reward_curve(metrics, out / "reward_curve.png")
+    evals, verdicts = toy_eval_curves(out)
+    acc = plot_accuracy_curve(evals, out / "accuracy_curve.png")
+    grid, changes = before_after_grid(out, verdicts, out / "samples_before_after.png", num_prompts=a.num_prompts)
+    ckpt = latest_checkpoint(out)
+    report = write_report(out, metrics, evals, changes, ckpt)
+    print(f"held-out and train-split accuracy, eval step {min(evals)} -> {max(evals)}:")
+    for ds, m, before, after in claim_table(evals):
+        print(f"  {ds:14s} {m:22s} {_fmt(before)} -> {_fmt(after)}")
+    print(f"  held-out images: {changes}")
+    k = max(1, min(5, len(metrics) // 2))
+    for key in sorted({kk for m in metrics for kk in m if kk.startswith("reward/")} - {"reward/total"}):
+        first = [m[key] for m in metrics[:k] if key in m and m[key] == m[key]]
+        last = [m[key] for m in metrics[-k:] if key in m and m[key] == m[key]]
+        if first and last:
+            print(f"  {key}: mean of first {k} steps {sum(first) / len(first):.4f} -> last {k} "
+                  f"{sum(last) / len(last):.4f}")
+    for path in (curve, acc, grid, report, ckpt):
+        print(f"  {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""MR-GRPO on the toy world, in process: the harness behind the RL proof, its CI test, the quickstart and the bench.
+
+`run_toy_rl(output_dir, steps=…, eval_every=…, **trainer_flags)` trains the toy DeepGen with the real trainer on
+``assets/rl_datasets/toy/toy_rl.yaml`` (reward ``toy_compositional``) and evaluates with the trainer's own eval hook
+(``eval_freq``, ``eval_at_start``) on ``assets/rl_datasets/toy/eval/eval_toy.yaml``-style YAMLs: ODE sampling with
+fixed per-image seeds, so two evaluations differ only through the weights. It returns the per-step training
+metrics and, per eval step, the toy summary and the per-image verdicts (``eval/step_N/toy_verdicts.jsonl``).
+
+`paired_sign_test(before, after)` is the statistic the CI test uses on per-prompt outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TOY_MODEL_CONFIG = str(ROOT / "configs/models/deepgen_toy.py")
+TOY_RL_YAML = str(ROOT / "assets/rl_datasets/toy/toy_rl.yaml")
+TOY_EVAL_YAML = str(ROOT / "assets/rl_datasets/toy/eval/eval_toy.yaml")
+
+# CPU-sized flags; the rest are the recipe's defaults (cps_sde, gdpo, timestep_fraction 0.6, init_same_noise off).
+TOY_RL_FLAGS: dict[str, Any] = dict(
+    rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=8,
+    image_height=64, image_width=64, learning_rate=3e-4, clip_range=0.2, beta=0.0, sde_eta=0.7,
+    sftaux_coef=0.0, save_steps=100000, log_images_every=0, report_to="none", disable_tqdm=True,
+    eval_judge=False, eval_at_start=True, warmup_steps=0, gradient_checkpointing=False, seed=0, reward_workers=2,
+)
+
+
+@dataclass
+class ToyRLResult:
+    history: list[dict]                                   # per-step training metrics (reward/…, time/…)
+    evals: dict[int, dict[str, dict]] = field(default_factory=dict)    # step -> dataset -> toy summary
+    verdicts: dict[int, list[dict]] = field(default_factory=dict)     # step -> per-image verdict dicts
+
+    def strict_acc(self, dataset: str) -> dict[int, float]:
+        return {s: e[dataset]["strict_acc"] for s, e in sorted(self.evals.items()) if dataset in e}
+
+    def per_prompt(self, step: int, dataset: str, metric: str = "strict") -> dict[int, float]:
+        """Prompt index -> mean over its eval images at eval ``step`` of ``metric``: ``"strict"`` (all claims
+        pass, 0/1) or ``"score"`` (fraction of claims that pass)."""
+        out: dict[int, list[float]] = {}
+        for v in self.verdicts[step]:
+            if v["dataset"] == dataset:
+                out.setdefault(v["index"], []).append(float(v[metric]))
+        return {i: sum(b) / len(b) for i, b in sorted(out.items())}
+
+
+def toy_args(output_dir: str | Path, **overrides):
+    """A `GRPOConfig` parsed from ``TOY_RL_FLAGS`` + overrides, as the CLI would."""
+    from transformers import HfArgumentParser
+
+    from deepgen_rl.config import GRPOConfig
+
+    values = {**TOY_RL_FLAGS, **overrides, "output_dir": str(output_dir)}
+    argv: list[str] = []
+    for k, v in values.items():
+        argv += [f"--{k}", json.dumps(v) if isinstance(v, (dict, list)) else str(v)]
+    (args,) = HfArgumentParser((GRPOConfig,)).parse_args_into_dataclasses(args=argv)
+    return args
+
+
+def read_evals(output_dir: str | Path) -> tuple[dict[int, dict], dict[int, list[dict]]]:
+    """Toy summaries and verdicts of every ``eval/step_N`` folder of a run."""
+    from .evaluate import SUMMARY_FILE, VERDICTS_FILE
+
+    evals, verdicts = {}, {}
+    for d in sorted(Path(output_dir, "eval").glob("step_*")):
+        if (d / SUMMARY_FILE).is_file():
+            step = int(d.name.split("_", 1)[1])
+            evals[step] = json.loads((d / SUMMARY_FILE).read_text())
+            verdicts[step] = [json.loads(line) for line in (d / VERDICTS_FILE).read_text().splitlines() if line]
+    return evals, verdicts
+
+
+def run_toy_rl(output_dir: str | Path, *, steps: int, eval_every: int, model=None,
+               dataset_config: str = TOY_RL_YAML, eval_config: str = TOY_EVAL_YAML, **overrides) -> ToyRLResult:
+    """Train ``steps`` MR-GRPO steps on the toy world, evaluating at step 0 and every ``eval_every`` steps."""
+    from deepgen_rl.models import build_model
+    from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
+
+    args = toy_args(output_dir, max_steps=steps, eval_freq=eval_every, **overrides)
+    model = model if model is not None else build_model(TOY_MODEL_CONFIG)
+    trainer = DeepGenGRPOTrainer(model, args, dataset_config=dataset_config, eval_dataset_config=eval_config)
+    history = trainer.train(resume_from_checkpoint=False)
+    evals, verdicts = read_evals(output_dir)
+    return ToyRLResult(history=history, evals=evals, verdicts=verdicts)
+
+
+def paired_sign_test(before: dict[int, float], after: dict[int, float]) -> tuple[int, int, float]:
+    """One-sided exact sign test over prompts: (improved, worsened, p-value).
+
+    Under "training does not change which prompts pass" each prompt whose outcome changed is equally likely to have
+    improved or worsened, so improved ~ Binomial(improved + worsened, ½); p = P(X ≥ improved). Ties are dropped.
+    """
+    diffs = [after[i] - before[i] for i in before]
+    up, down = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    n = up + down
+    p = sum(math.comb(n, k) for k in range(up, n + 1)) / 2 ** n if n else 1.0
+    return up, down, p

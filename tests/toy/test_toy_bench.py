@@ -1,0 +1,24 @@
+"""bench/toy_sample_efficiency.py --smoke: exits 0, prints one row per arm with accuracies and CPU-seconds, a PNG."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_toy_sample_efficiency_smoke(tmp_path, toy_model_paths):
+    png = tmp_path / "eff.png"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DEEPGEN_TOY_DIR": toy_model_paths["root"]}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/toy_sample_efficiency.py"), "--smoke", "--png", str(png)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("cps ", "flowgrpo "))]
+    assert len(rows) == 2 and all(line.count(" @ ") == 2 for line in rows)  # evals at step 0 and 2
+    assert png.stat().st_size > 1000 and "rerun: " in proc.stdout

@@ -1,0 +1,66 @@
+"""The pre-trained toy DeepGen: real classes and loading path, deterministic build, and it draws what it is asked."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from deepgen_rl.toy.datasets import eval_heldout_specs, eval_train_specs
+from deepgen_rl.toy.evaluate import check_images, evaluate_prompts, summarize
+from deepgen_rl.toy.world import caption
+
+
+def test_toy_model_uses_the_real_classes_and_sft_layout(toy_model_paths, toy_model):
+    from diffusers import AutoencoderKL, SD3Transformer2DModel
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from deepgen_rl.checkpoints.sft import read_checkpoint
+
+    assert isinstance(toy_model.lmm, Qwen2_5_VLForConditionalGeneration)
+    assert isinstance(toy_model.transformer, SD3Transformer2DModel)
+    assert isinstance(toy_model.vae, AutoencoderKL)
+    (report,) = toy_model.load_reports
+    assert report.missing == [] and len(report.loaded) > 50
+    raw = read_checkpoint(toy_model_paths["checkpoint"])
+    assert any(k.startswith("lmm.model.layers.") and ".lora_" in k for k in raw)  # transformers-4.51 LoRA keys
+    assert {"meta_queries", "projector_1.weight", "projector_3.weight"} <= set(raw)
+    meta = json.loads(open(os.path.join(toy_model_paths["root"], "toy_meta.json")).read())
+    assert meta["dit_final_loss"] < 0.6 * meta["dit_first_loss"]  # pre-training did fit
+
+
+def test_toy_build_is_deterministic_from_its_seed(tmp_path):
+    """Two builds of a shortened config from the same seed write identical weights; another seed does not."""
+    from deepgen_rl.checkpoints.sft import read_checkpoint
+    from deepgen_rl.toy.model import TOY_CONFIG, make_toy_deepgen
+
+    short = dict(TOY_CONFIG, vae_steps=2, vae_batch=2, dit_steps=3, dit_batch=4)
+    a = read_checkpoint(make_toy_deepgen(str(tmp_path / "a"), progress=False, config=short)["checkpoint"])
+    b = read_checkpoint(make_toy_deepgen(str(tmp_path / "b"), progress=False, config=short)["checkpoint"])
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    c = read_checkpoint(make_toy_deepgen(str(tmp_path / "c"), progress=False,
+                                         config=dict(short, seed=1))["checkpoint"])
+    assert not torch.equal(a["transformer.proj_out.weight"], c["transformer.proj_out.weight"])
+
+
+def test_toy_model_draws_what_it_is_asked(toy_model):
+    """ODE samples satisfy many of their train-split prompts' claims, fewer on held-out compositions, and the images
+    belong to their own prompts: checked against another prompt's claims they score far lower.
+
+    Measured (toy-v1, 2000 pre-training steps): train strict 0.11 / claim score 0.42; held-out strict 0.02 / 0.23.
+    The issue's targets (train strict > 0.5, held-out strict 0.2–0.6) are NOT met yet: see docs/toy_world.md."""
+    train = [caption(s) for s in eval_train_specs()]
+    held = [caption(s) for s in eval_heldout_specs()]
+    images, verdicts = evaluate_prompts(toy_model, train, seed=0, duplicates=1, num_inference_steps=10)
+    s_train = summarize([v.to_dict() for v in verdicts])
+    _, hverdicts = evaluate_prompts(toy_model, held, seed=0, duplicates=1, num_inference_steps=10)
+    s_held = summarize([v.to_dict() for v in hverdicts])
+    shuffled = train[1:] + train[:1]
+    s_shuf = summarize([v.to_dict() for v in check_images(images, shuffled)])
+    print({k: (round(s["strict_acc"], 3), round(s["claim_score"], 3))
+           for k, s in (("train", s_train), ("held_out", s_held), ("train images vs shuffled prompts", s_shuf))})
+    assert s_train["claim_score"] >= 0.35 and s_train["strict_acc"] >= 0.05
+    assert s_held["claim_score"] < s_train["claim_score"] - 0.1
+    assert s_shuf["claim_score"] < s_train["claim_score"] - 0.15

@@ -1,0 +1,129 @@
+"""The toy world's grammar, splits and renderer, and the programmatic checker's accuracy (clean, blurred, noisy)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageFilter
+
+from deepgen_rl.toy.checker import CLAIM_TYPES, check, find_blobs
+from deepgen_rl.toy.world import (COLORS, HELD_OUT_PAIRS, KINDS, SHAPES, CaptionError, ObjectSpec, Placed, Spec,
+                                  all_specs, caption, layout, parse_caption, render, render_spec, sample_specs,
+                                  split_specs)
+
+
+def test_every_caption_parses_back_to_its_spec():
+    specs = all_specs()
+    assert len(specs) == 18 + 36 + 72 + 4 * 18 * 15
+    assert len({caption(s) for s in specs}) == len(specs)
+    for s in specs:
+        assert parse_caption(caption(s)) == s and parse_caption(caption(s)).kind == s.kind
+    assert parse_caption("  Two Red Circles. ") == Spec((ObjectSpec("red", "circle", 2),), None)
+
+
+@pytest.mark.parametrize("text", ["a red apple", "two red circle", "a red circles", "a red circle left of a red square",
+                                  "two red circles on the left", "a purple circle", ""])
+def test_non_captions_raise_naming_the_text(text):
+    with pytest.raises(CaptionError, match="toy"):
+        parse_caption(text)
+
+
+def test_splits_hold_out_colour_shape_pairs():
+    train, held = split_specs("train"), split_specs("held_out")
+    assert len(train) + len(held) == len(all_specs())
+    assert not any(s.pairs() & HELD_OUT_PAIRS for s in train)
+    assert all(s.pairs() & HELD_OUT_PAIRS for s in held)
+    # every colour and every shape still occurs in training (held-out = new compositions of known words)
+    seen = {p for s in train for p in s.pairs()}
+    assert {c for c, _ in seen} == set(COLORS) and {sh for _, sh in seen} == set(SHAPES)
+    for kind in KINDS:
+        assert any(s.kind == kind for s in held)
+    a, b = sample_specs("held_out", 40, seed=1), sample_specs("held_out", 40, seed=1)
+    assert a == b and len(set(a)) == 40 and all(s.held_out for s in a)
+
+
+def test_render_is_deterministic_and_layout_honours_positions():
+    spec = parse_caption("a red circle left of a blue square")
+    assert np.array_equal(np.asarray(render_spec(spec, 3)), np.asarray(render_spec(spec, 3)))
+    rng = random.Random(0)
+    for _ in range(50):
+        a, b = layout(spec, rng)
+        assert a.cx + 12 <= b.cx
+        left = layout(parse_caption("a green square on the left"), rng)[0]
+        assert left.cx < 32 - 6
+
+
+def test_blob_reading_matches_the_drawn_geometry():
+    """Centroids and areas against closed forms: a 16-px square at (20, 40) has area 256 and centroid (20, 40)."""
+    img = render([Placed("blue", "square", 20.0, 40.0, 16.0), Placed("yellow", "circle", 46.0, 14.0, 18.0)])
+    blobs = {b.color: b for b in find_blobs(img)}
+    assert set(blobs) == {"blue", "yellow"}
+    sq, ci = blobs["blue"], blobs["yellow"]
+    assert sq.shape == "square" and ci.shape == "circle"
+    assert abs(sq.cx - 20) < 0.6 and abs(sq.cy - 40) < 0.6 and abs(sq.area - 256) <= 2 * 16
+    assert abs(ci.cx - 46) < 0.6 and abs(ci.cy - 14) < 0.6 and abs(ci.area - np.pi * 81) <= 2 * np.pi * 9
+
+
+def test_checker_fails_the_claims_an_image_breaks():
+    img = render([Placed("red", "circle", 44.0, 30.0, 18.0), Placed("blue", "triangle", 16.0, 30.0, 18.0)])
+    ok = check(img, "a red circle right of a blue triangle")
+    assert ok.strict and ok.score == 1.0 and [c.type for c in ok.claims] == [
+        "color", "shape", "count", "color", "shape", "count", "position"]
+    wrong_side = check(img, "a red circle left of a blue triangle")
+    assert not wrong_side.strict and [c.type for c in wrong_side.claims if not c.passed] == ["position"]
+    assert wrong_side.score == pytest.approx(6 / 7)
+    wrong_shape = check(img, "a red square")
+    assert [c.type for c in wrong_shape.claims if not c.passed] == ["shape"]
+    wrong_count = check(img, "two red circles")
+    assert [c.type for c in wrong_count.claims if not c.passed] == ["count"]
+    absent = check(img, "a green circle on the left")
+    assert absent.score == 0.0 and absent.verdict().count(";") == 3  # colour, shape, count 1 ≠ 0, position
+    blank = check(Image.new("RGB", (64, 64), (232, 232, 228)), "a red circle")
+    assert blank.score == pytest.approx(0.0) and blank.blobs == ()
+
+
+def _accuracy(transform, n=300, seed=0):
+    rng = random.Random(seed)
+    specs = all_specs()
+    chosen = [rng.choice(specs) for _ in range(n)]
+    return float(np.mean([check(transform(render_spec(s, i)), s).strict for i, s in enumerate(chosen)]))
+
+
+def _noise(sigma):
+    gen = np.random.default_rng(0)
+    return lambda im: Image.fromarray(np.clip(np.asarray(im) + gen.normal(0, sigma, (64, 64, 3)), 0, 255)
+                                      .astype(np.uint8))
+
+
+def test_checker_is_at_least_98_percent_right_on_clean_images():
+    assert _accuracy(lambda im: im, n=500) >= 0.98
+
+
+def test_checker_degrades_gracefully_under_blur_and_noise():
+    clean = _accuracy(lambda im: im)
+    blur = [_accuracy(lambda im, r=r: im.filter(ImageFilter.GaussianBlur(r))) for r in (1, 2, 4)]
+    noise = [_accuracy(_noise(s)) for s in (10, 25)]
+    print("clean", clean, "blur r=1,2,4", blur, "noise 10,25", noise)
+    assert blur[0] >= 0.93 and blur[1] >= 0.9 and noise[0] >= 0.95 and noise[1] >= 0.9
+    assert clean >= blur[0] >= blur[1] - 0.02 and blur[1] >= blur[2]  # monotone in blur (sampling slack 2 points)
+    assert blur[2] < 0.9  # and it does notice heavy blur: shapes melt into blobs
+
+
+def test_toy_compositional_reward_scores_claim_fraction_and_refuses_non_captions():
+    from deepgen_rl.rewards import get_reward
+
+    img = render([Placed("red", "circle", 44.0, 30.0, 18.0), Placed("blue", "triangle", 16.0, 30.0, 18.0)])
+    reward = get_reward("toy_compositional")
+    out = reward([img, img, img], ["a red circle right of a blue triangle", "a red square", "a photo of a cat"])
+    assert torch.equal(out.valid, torch.tensor([True, True, False]))
+    assert torch.allclose(out.scores, torch.tensor([1.0, 2 / 3, 0.0]))
+    assert out.info["num_not_toy_caption"] == 1 and out.info["num_failed"] == 1
+
+
+def test_claim_types_cover_every_claim():
+    s = parse_caption("three yellow triangles")
+    r = check(render_spec(s, 0), s)
+    assert {c.type for c in r.claims} <= set(CLAIM_TYPES) and r.strict
