@@ -25,7 +25,8 @@ import torch
 from tqdm.auto import tqdm
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, EvalPrompt
-from deepgen_rl.rollout import decode_latents_chunked, guided_velocity, latents_to_pil
+from deepgen_rl.models.deepgen.model import guided_velocity
+from deepgen_rl.utils.images import decode_latents_chunked, latents_to_pil
 from deepgen_rl.utils.seeding import derive_seed
 
 

@@ -30,6 +30,7 @@ from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_from_state,
                                                  dit_hidden_size, fp32_master_params, partitioned_fraction)
+from deepgen_rl.rl.objectives import OBJECTIVES, PieceInputs
 from deepgen_rl.trainer.policy import policy_piece_loss
 from deepgen_rl.trainer.reward_workers import DaemonExecutor
 from deepgen_rl.trainer.visuals import save_sample_grid
@@ -98,7 +99,7 @@ class DeepGenGRPOTrainer(Trainer):
         args = self.args
         updates = max_steps * args.atrain_num_actor_update_steps
         dit = self.deepgen.transformer
-        if args.beta > 0 and args.atrain_algorithm != "diffusionnft":  # the NFT objective has no KL term
+        if args.beta > 0 and OBJECTIVES[args.atrain_algorithm].uses_reference_dit:  # e.g. NFT has no KL term
             # frozen, so no master weights: built straight in bf16 (no transient fp32 deepcopy of the DiT)
             self.ref_dit = dit_from_state(dit, dit.state_dict(), device=self.device,
                                           dtype=torch.bfloat16 if args.bf16 else torch.float32)
@@ -168,7 +169,8 @@ class DeepGenGRPOTrainer(Trainer):
         """
         return self.engine if self.engine is not None else self.deepgen.transformer
 
-    def _autocast(self):
+    def autocast(self):
+        """bf16 autocast for plain-torch CUDA runs (DeepSpeed runs its own bf16 mode); a null context otherwise."""
         if self.args.bf16 and torch.cuda.is_available() and self.engine is None:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return nullcontext()
@@ -269,7 +271,7 @@ class DeepGenGRPOTrainer(Trainer):
                     [prompts_flat[i] for i in sel], [meta_flat[i] for i in sel], weights[sel], self.reward_names)))
 
         self.dit_module.eval()
-        with self._autocast():
+        with self.autocast():
             batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.rollout_micro_batch_size,
                             sigmas=sigmas, stochastic=stochastic, sampler=args.atrain_sde_sampler, eta=args.sde_eta,
                             cfg_scale=args.cfg_scale, init_same_noise=args.init_same_noise,
@@ -344,14 +346,15 @@ class DeepGenGRPOTrainer(Trainer):
         lam = args.sftaux_coef if self.sftaux is not None and (
             self.counters["optimizer_steps"] % args.sftaux_every_n_steps == 0) else 0.0
         pieces = [(mb, j) for mb in mbs for j in trained]
+        inputs = self.piece_inputs()
         self._boundary_backward_done = False
         acc: dict[str, float] = {}
         nonfinite = 0
         total_backward = len(pieces) + (1 if lam > 0 else 0)
         done = 0
         for mb, j in pieces:
-            with self._autocast():
-                loss, stats = policy_piece_loss(self, batch, advantages, mb, j)
+            with self.autocast():
+                loss, stats = policy_piece_loss(inputs, batch, advantages, mb, j)
             scale = (1.0 - lam) * len(mb) / n / len(trained)
             finite = self._all_finite(loss)
             done += 1
@@ -365,7 +368,7 @@ class DeepGenGRPOTrainer(Trainer):
                 acc["first_ratio_max_abs_dev"] = max(acc.get("first_ratio_max_abs_dev", 0.0),
                                                      stats.get("ratio_max_abs_dev", 0.0))
         if lam > 0:
-            with self._autocast():
+            with self.autocast():
                 sft_loss, sft_stats = self.sftaux.loss(transformer=self.dit_forward)
             done += 1
             if self._all_finite(sft_loss):
@@ -383,10 +386,20 @@ class DeepGenGRPOTrainer(Trainer):
         acc["grad_norm"] = self._optimizer_step(skip)
         return acc
 
+    def piece_inputs(self) -> PieceInputs:
+        """The frozen inputs every piece loss of this update reads (see :class:`PieceInputs`)."""
+        args = self.args
+        return PieceInputs(
+            model=self.deepgen, transformer=self.dit_forward, ref_transformer=self.ref_dit, device=self.device,
+            dtype=next(self.dit_module.parameters()).dtype, step=self.state.global_step, rank=self.rank,
+            seed=args.seed, algorithm=args.atrain_algorithm, sampler=args.atrain_sde_sampler, eta=args.sde_eta,
+            cfg_scale=args.cfg_scale, clip_range=args.clip_range, beta=args.beta, kl_type=args.atrain_kl_type,
+            adv_clip_max=args.adv_clip_max, nft_beta=args.diffusionnft_beta)
+
     def _zero_boundary_backward(self, batch) -> None:
         x = torch.zeros_like(batch.latents[:1, 0]).to(self.device)
         cond = batch.cond.index_select(torch.zeros(1, dtype=torch.long, device=self.device))
-        with self._autocast():
+        with self.autocast():
             v = self.deepgen.predict_velocity(x, torch.full((1,), 0.5, device=self.device), cond,
                                               transformer=self.dit_forward)
         self._backward(v.float().sum() * 0.0, is_last=True)
@@ -490,9 +503,17 @@ class DeepGenGRPOTrainer(Trainer):
         args = self.args
         if not self.eval_dataset_config or (not force and (not args.eval_freq or step % args.eval_freq)):
             return
-        from deepgen_rl.trainer.eval_hook import run_training_eval
+        from deepgen_rl.trainer.eval_hook import ema_transformer, load_training_eval_specs, run_training_eval
 
-        metrics = run_training_eval(self, step)
+        specs = load_training_eval_specs(self.eval_dataset_config, args.eval_max_prompts)
+        ema_dit = ema_transformer(self.dit_module, self.ema, self.device,
+                                  torch.bfloat16 if args.bf16 else torch.float32)
+        metrics = run_training_eval(
+            self.deepgen, ema_dit or self.dit_module, specs, args.output_dir, step, rank=self.rank,
+            world_size=self.world, autocast=self.autocast, live_dit=self.dit_module, height=args.image_height,
+            width=args.image_width, seed=args.seed, judge=args.eval_judge, inference_mode=args.eval_inference_mode,
+            eta=args.sde_eta, sampler=args.atrain_sde_sampler, batch_size=args.rollout_micro_batch_size,
+            progress=self.rank == 0 and not args.disable_tqdm)
         if metrics:
             self.log(metrics)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from deepgen_rl.rewards.base import Reward
+from deepgen_rl.rl.samplers import SDE_SAMPLERS
 from tests.trainer.helpers import run_inprocess, tiny_model
 
 
@@ -40,7 +41,7 @@ def test_one_optimizer_step_per_rollout_batch(tmp_path):
 
 def test_ratio_is_one_at_first_update_for_every_sampler(tmp_path):
     model = tiny_model()
-    for sampler in ("cps_sde", "flowgrpo_sde", "dance_sde"):
+    for sampler in SDE_SAMPLERS:
         eta = 0.3 if sampler == "dance_sde" else 0.7
         _, history = run_inprocess(tmp_path / sampler, model=model, max_steps=2, atrain_sde_sampler=sampler,
                                    sde_eta=eta, atrain_micro_batch_size=4)
