@@ -1,7 +1,7 @@
 """One denoising step of a rectified-flow model, deterministic or stochastic, with its fp32 log-probability.
 
-Conventions (DESIGN.md §2): σ ∈ [0, 1], σ = 1 is pure noise, x_σ = (1−σ)·x₀ + σ·ε and the model predicts
-v ≈ ε − x₀. A step goes from σ to σ' < σ, Δt = σ' − σ < 0. From the velocity:
+Conventions (docs/training.md#samplers-and-log-probabilities): σ ∈ [0, 1], σ = 1 is pure noise,
+x_σ = (1−σ)·x₀ + σ·ε and the model predicts v ≈ ε − x₀. A step goes from σ to σ' < σ, Δt = σ' − σ < 0. From the velocity:
 x̂₀ = x − σ·v (predicted clean latent), x̂₁ = x + (1−σ)·v (predicted noise). ``mean_D`` = mean over all non-batch dims.
 
 Samplers (``sde_step(sampler, ...)``):
