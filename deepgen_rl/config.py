@@ -15,7 +15,7 @@ from transformers import TrainingArguments
 from deepgen_rl.rl.advantages import ADV_TYPES
 from deepgen_rl.rl.losses import KL_TYPES
 from deepgen_rl.rl.objectives import OBJECTIVE_NAMES, OBJECTIVES
-from deepgen_rl.rl.samplers import SDE_SAMPLERS
+from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, SDE_SAMPLERS
 
 # Every option list is imported from the module that defines the choice (one home each); a field below names it
 # in its metadata "choices", so --help lists them, argparse rejects a bad value at parse time and __post_init__
@@ -72,7 +72,7 @@ class GRPOConfig(TrainingArguments):
     atrain_micro_batch_size: int = field(default=32, metadata={"help": "images per rank per training forward"})
     atrain_num_actor_update_steps: int = field(
         default=1, metadata={"help": "optimizer updates per rollout batch (each over all trained timesteps)"})
-    atrain_sde_sampler: str = field(default="cps_sde", metadata={
+    atrain_sde_sampler: str = field(default=DEFAULT_SDE_SAMPLER, metadata={
         "help": "SDE sampler of the rollout and the training log-probs", "choices": SDE_SAMPLERS})
     sde_eta: float = field(default=1.0, metadata={"help": "noise level eta of the SDE sampler (recipe: 1.0)"})
     atrain_adv_type: str = field(default="gdpo", metadata={"help": "advantage type", "choices": ADV_TYPES})

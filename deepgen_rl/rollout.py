@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from deepgen_rl.rl.samplers import sde_step
+from deepgen_rl.rl.samplers import ODE, sde_step
 from deepgen_rl.models.deepgen.model import guided_velocity
 # decode_latents_chunked / latents_to_pil live in utils.images (evaluation uses them too); names kept importable here
 from deepgen_rl.utils.images import VAE_DECODE_CHUNK, decode_latents_chunked, latents_to_pil  # noqa: F401
@@ -111,7 +111,7 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
         for t in range(num_steps):
             sig = torch.full((len(idx),), sigma_list[t], device=device)
             v = guided_velocity(model, x.to(dtype), sig, mb_cond, uncond, cfg_scale, transformer)
-            out = sde_step(sampler if stochastic_list[t] else "ode", v, x, sigma_list[t], sigma_list[t + 1],
+            out = sde_step(sampler if stochastic_list[t] else ODE, v, x, sigma_list[t], sigma_list[t + 1],
                            eta, generator=gen)
             x = out.prev_sample
             mb_traj[:, t + 1] = x
