@@ -109,3 +109,16 @@ def test_the_checker_catches_an_upward_import(tmp_path):
     assert "deepgen_rl.trainer.grpo_trainer" in found and "deepgen_rl.rollout" in found
     table = layer_table()
     assert locate("deepgen_rl.trainer.grpo_trainer", table)[1] > locate("deepgen_rl.rl.samplers", table)[1]
+
+
+def test_no_function_takes_the_trainer():
+    """Functions take what they use (CONTRIBUTING.md rule 9): no parameter named ``trainer`` anywhere in the package
+    (the trainer's own methods take ``self``)."""
+    bad = []
+    for f in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                if any(a.arg == "trainer" for a in args):
+                    bad.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not bad, "functions that take the whole trainer:\n" + "\n".join(bad)
