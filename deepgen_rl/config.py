@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from transformers import TrainingArguments
 
-SAMPLERS = ("cps_sde", "flowgrpo_sde", "dance_sde")
-ADV_TYPES = ("gdpo", "grpo", "grpo_global_std", "reinforcepp")
-KL_TYPES = ("v-based", "x-based")
-ALGORITHMS = ("flowgrpo", "grpoguard", "diffusionnft")
+from deepgen_rl.rl.advantages import ADV_TYPES
+from deepgen_rl.rl.losses import KL_TYPES
+from deepgen_rl.rl.objectives import OBJECTIVE_NAMES, OBJECTIVES
+from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, SDE_SAMPLERS
+
+# Every option list is imported from the module that defines the choice (one home each); a field below names it
+# in its metadata "choices", so --help lists them, argparse rejects a bad value at parse time and __post_init__
+# checks configs built in code.
 # float flags that must be finite (a NaN passes every ">" check and poisons the run silently)
 FINITE_FLOATS = ("learning_rate", "weight_decay", "max_grad_norm", "cfg_scale", "sde_eta", "beta",
                  "clip_range", "adv_clip_max", "timestep_fraction", "diffusionnft_beta", "ema_decay", "sftaux_coef",
@@ -68,11 +72,13 @@ class GRPOConfig(TrainingArguments):
     atrain_micro_batch_size: int = field(default=32, metadata={"help": "images per rank per training forward"})
     atrain_num_actor_update_steps: int = field(
         default=1, metadata={"help": "optimizer updates per rollout batch (each over all trained timesteps)"})
-    atrain_sde_sampler: str = field(default="cps_sde", metadata={"help": f"one of {SAMPLERS}"})
+    atrain_sde_sampler: str = field(default=DEFAULT_SDE_SAMPLER, metadata={
+        "help": "SDE sampler of the rollout and the training log-probs", "choices": SDE_SAMPLERS})
     sde_eta: float = field(default=1.0, metadata={"help": "noise level eta of the SDE sampler (recipe: 1.0)"})
-    atrain_adv_type: str = field(default="gdpo", metadata={"help": f"one of {ADV_TYPES}"})
-    atrain_kl_type: str = field(default="v-based", metadata={"help": f"one of {KL_TYPES}"})
-    atrain_algorithm: str = field(default="flowgrpo", metadata={"help": f"one of {ALGORITHMS}"})
+    atrain_adv_type: str = field(default="gdpo", metadata={"help": "advantage type", "choices": ADV_TYPES})
+    atrain_kl_type: str = field(default="v-based", metadata={"help": "KL form of the beta term", "choices": KL_TYPES})
+    atrain_algorithm: str = field(default="flowgrpo", metadata={
+        "help": "policy objective (deepgen_rl/rl/objectives.py)", "choices": OBJECTIVE_NAMES})
     beta: float = field(default=5e-7, metadata={"help": "KL coefficient (0 disables the reference model)"})
     clip_range: float = field(default=1e-4, metadata={"help": "PPO clip range c (ratio clipped to [1-c, 1+c])"})
     adv_clip_max: float = field(default=5.0, metadata={"help": "advantages are clamped to +-adv_clip_max"})
@@ -120,15 +126,11 @@ class GRPOConfig(TrainingArguments):
         if isinstance(self.report_to, str) and "," in self.report_to:  # the seed's "--report_to wandb,swanlab"
             self.report_to = [x.strip() for x in self.report_to.split(",") if x.strip()]
         super().__post_init__()
-        if self.atrain_sde_sampler not in SAMPLERS:
-            raise ValueError(f"--atrain_sde_sampler must be one of {SAMPLERS}, got {self.atrain_sde_sampler!r}")
-        if self.atrain_adv_type not in ADV_TYPES:
-            raise ValueError(f"--atrain_adv_type must be one of {ADV_TYPES}, got {self.atrain_adv_type!r}")
-        if self.atrain_kl_type not in KL_TYPES:
-            raise ValueError(f"--atrain_kl_type must be one of {KL_TYPES}, got {self.atrain_kl_type!r}")
-        if self.atrain_algorithm not in ALGORITHMS:
-            raise ValueError(f"--atrain_algorithm must be one of {ALGORITHMS}, got {self.atrain_algorithm!r}")
-        if self.atrain_algorithm in ("grpoguard", "diffusionnft") and self.atrain_num_actor_update_steps != 1:
+        for f in fields(self):  # our fields' "choices" (argparse enforces them too), for configs built in code
+            choices = f.metadata.get("choices") if f.name in GRPOConfig.__annotations__ else None
+            if choices is not None and getattr(self, f.name) not in choices:
+                raise ValueError(f"--{f.name} must be one of {tuple(choices)}, got {getattr(self, f.name)!r}")
+        if OBJECTIVES[self.atrain_algorithm].single_update_only and self.atrain_num_actor_update_steps != 1:
             raise ValueError(f"--atrain_algorithm {self.atrain_algorithm} needs --atrain_num_actor_update_steps 1 "
                              "(its old-policy terms are taken from the weights that sampled the rollout)")
         for name in FINITE_FLOATS:

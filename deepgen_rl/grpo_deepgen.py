@@ -199,17 +199,18 @@ def main(argv=None):
     except ResumeError as e:
         _fail(e)
     except KeyboardInterrupt:
-        _interrupted(trainer, args.output_dir)
+        _interrupted(trainer.state.global_step, args.output_dir)
     dist.barrier()
     if dist.is_dist():
         import torch.distributed as tdist
 
         tdist.destroy_process_group()
-    _final_line(trainer, getattr(trainer, "counters_at_start", {}))
+    _final_line(trainer.counters, getattr(trainer, "counters_at_start", {}), step=trainer.state.global_step,
+                rank=trainer.rank)
     return trainer
 
 
-def _interrupted(trainer, output_dir) -> None:
+def _interrupted(step: int, output_dir) -> None:
     """Ctrl-C: say where the run stands and exit at once (status 130). Reward requests still in flight (possibly
     retrying a hung service for minutes, in threads a reward client may have started) are abandoned: ``os._exit``
     skips the interpreter's join of worker threads. A checkpoint being written stays ``checkpoint-N.tmp`` and is
@@ -217,19 +218,20 @@ def _interrupted(trainer, output_dir) -> None:
     from deepgen_rl.checkpoints.rl_format import latest_checkpoint
 
     last = latest_checkpoint(output_dir)
-    print(f"{PROG}: interrupted at step {trainer.state.global_step}; last complete checkpoint: "
+    print(f"{PROG}: interrupted at step {step}; last complete checkpoint: "
           f"{last.name if last else 'none'} (rerun with the same --output_dir to resume)", file=sys.stderr, flush=True)
     logging.shutdown()
     sys.stdout.flush()
     os._exit(130)
 
 
-def _final_line(trainer, before: dict) -> None:
-    """One closing line with this run's applied and skipped updates; a run that trained nothing exits 1."""
-    applied = trainer.counters["optimizer_steps"] - before.get("optimizer_steps", 0)
-    skipped = trainer.counters["skipped_updates"] - before.get("skipped_updates", 0)
-    if trainer.rank == 0:
-        print(f"{PROG}: finished at step {trainer.state.global_step}: {applied} optimizer update(s) applied, "
+def _final_line(counters: dict, before: dict, *, step: int, rank: int) -> None:
+    """One closing line with this run's applied and skipped updates (``counters`` minus the resumed ``before``);
+    a run that trained nothing exits 1."""
+    applied = counters["optimizer_steps"] - before.get("optimizer_steps", 0)
+    skipped = counters["skipped_updates"] - before.get("skipped_updates", 0)
+    if rank == 0:
+        print(f"{PROG}: finished at step {step}: {applied} optimizer update(s) applied, "
               f"{skipped} skipped (non-finite loss or gradient)", file=sys.stderr, flush=True)
     if skipped and not applied:
         print(f"{PROG}: error: every one of this run's {skipped} update(s) was skipped: the DiT was not trained "

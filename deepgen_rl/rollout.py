@@ -15,42 +15,11 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from deepgen_rl.rl.samplers import sde_step
+from deepgen_rl.rl.samplers import ODE, sde_step
+from deepgen_rl.models.deepgen.model import guided_velocity
+# decode_latents_chunked / latents_to_pil live in utils.images (evaluation uses them too); names kept importable here
+from deepgen_rl.utils.images import VAE_DECODE_CHUNK, decode_latents_chunked, latents_to_pil  # noqa: F401
 from deepgen_rl.utils.seeding import make_generator
-
-
-def guided_velocity(model, latents, sigma, cond, uncond=None, cfg_scale: float = 0.0, transformer=None):
-    """v = v_c (cfg_scale <= 1 or no uncond) or v_u + s (v_c - v_u), both branches in ONE batched DiT forward.
-
-    ``cond`` is the per-image Conditioning (B rows); ``uncond`` a Conditioning with one row (broadcast).
-    """
-    if uncond is None or cfg_scale <= 1.0:
-        return model.predict_velocity(latents, sigma, cond, transformer=transformer)
-    b = latents.shape[0]
-    both = type(cond).cat([cond, uncond.repeat_interleave(b) if len(uncond) == 1 else uncond])
-    v = model.predict_velocity(torch.cat([latents, latents]), torch.cat([sigma, sigma]), both, transformer=transformer)
-    v_c, v_u = v[:b], v[b:]
-    return v_u + cfg_scale * (v_c - v_u)
-
-
-VAE_DECODE_CHUNK = 8  # images per VAE decode call: 32 images at 512² decode at once peaks at ~13-21 GB
-
-
-def decode_latents_chunked(model, latents: torch.Tensor, chunk: int = VAE_DECODE_CHUNK) -> torch.Tensor:
-    """``model.decode_latents`` over ``chunk`` latents at a time: (B,16,h,w) -> fp32 (B,3,8h,8w) in [0, 1].
-
-    Every image is decoded on its own (the VAE has no cross-sample op), so the result is the one-call decode's;
-    the activation peak is that of ``chunk`` images.
-    """
-    if chunk <= 0 or latents.shape[0] <= chunk:
-        return model.decode_latents(latents)
-    return torch.cat([model.decode_latents(part) for part in latents.split(chunk)])
-
-
-def latents_to_pil(images: torch.Tensor) -> list[Image.Image]:
-    """(B,3,H,W) in [0,1] -> list of RGB PIL images."""
-    arr = (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-    return [Image.fromarray(a) for a in arr]
 
 
 def expand_groups(prompt_items, rollout_n: int) -> tuple[list[str], list[dict]]:
@@ -142,7 +111,7 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
         for t in range(num_steps):
             sig = torch.full((len(idx),), sigma_list[t], device=device)
             v = guided_velocity(model, x.to(dtype), sig, mb_cond, uncond, cfg_scale, transformer)
-            out = sde_step(sampler if stochastic_list[t] else "ode", v, x, sigma_list[t], sigma_list[t + 1],
+            out = sde_step(sampler if stochastic_list[t] else ODE, v, x, sigma_list[t], sigma_list[t + 1],
                            eta, generator=gen)
             x = out.prev_sample
             mb_traj[:, t + 1] = x

@@ -6,10 +6,18 @@ import pytest
 from transformers import HfArgumentParser
 
 from deepgen_rl.config import DataArguments, GRPOConfig, ModelArguments, batch_layout
+from deepgen_rl.grpo_deepgen import parse_args
 
 
 def parse(*argv):
-    return HfArgumentParser((ModelArguments, DataArguments, GRPOConfig)).parse_args_into_dataclasses(args=list(argv))
+    """The entry point's parser: argparse errors (a value outside a field's "choices") raise a one-line
+    ``SetupError`` (a ValueError) there instead of exiting."""
+    return parse_args(list(argv))
+
+
+def test_plain_hf_parser_builds_the_same_arguments():
+    assert HfArgumentParser((ModelArguments, DataArguments, GRPOConfig)).parse_args_into_dataclasses(
+        args=["--rollout_n", "4"])[2].rollout_n == parse("--rollout_n", "4")[2].rollout_n == 4
 
 
 def test_seed_defaults():

@@ -4,12 +4,12 @@
 # progress bars) into deepgen_rl.toy.model.toy_dir() ($DEEPGEN_TOY_DIR, else deepgen_toy next to $DEEPGEN_TINY_DIR,
 # else ~/.cache/deepgen_rl/toy-vN) and then loads it exactly like the real model. Sizes mirror
 # deepgen_rl.toy.model.TOY_CONFIG["deepgen"]. Images: 64x64 (8x8 latents).
-toy_model = True
+prebuilt = "deepgen_rl.toy.model:ensure_toy_deepgen"  # builds the files once; its folder fills {prebuilt_dir}
 lmm_path_env = None
 sd3_path_env = None
-lmm_path = "{toy_dir}/qwen"
-sd3_path = "{toy_dir}/sd3"
-default_checkpoint = "{toy_dir}/deepgen_toy.pth"
+lmm_path = "{prebuilt_dir}/qwen"
+sd3_path = "{prebuilt_dir}/sd3"
+default_checkpoint = "{prebuilt_dir}/deepgen_toy.pth"
 
 dtype = "float32"
 vae_dtype = None

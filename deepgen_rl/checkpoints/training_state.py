@@ -19,7 +19,9 @@ import os
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -66,56 +68,140 @@ def param_digest(module) -> dict:
     return {"sum": total, "sum_sq": sq, "numel": count}
 
 
-def save_training_checkpoint(trainer, step: int) -> Path:
+class RngState:
+    """The process's Python / NumPy / torch (and CUDA) RNG states as one stateful part; one file per rank
+    (optional on resume: a checkpoint resumed on more ranks than wrote it has no file for the new ones)."""
+
+    per_rank = True
+    optional = True
+
+    def state_dict(self) -> dict:
+        return _rng_payload()
+
+    def load_state_dict(self, state: dict) -> None:
+        _restore_rng(state)
+
+
+class DictState:
+    """A plain dict (the trainer's counters) as a stateful part: loading updates it in place."""
+
+    def __init__(self, d: dict):
+        self.d = d
+
+    def state_dict(self) -> dict:
+        return dict(self.d)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.d.update(state)
+
+
+class Part:
+    """A stateful part made of two functions: ``get() -> state`` and ``put(state)``."""
+
+    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None], *, optional: bool = False,
+                 collective: bool = False, missing_message: str | None = None):
+        self.get, self.put = get, put
+        self.optional, self.collective, self.missing_message = optional, collective, missing_message
+
+    def state_dict(self):
+        return self.get()
+
+    def load_state_dict(self, state) -> None:
+        self.put(state)
+
+
+def _part_files(parts: dict, rank: int) -> dict[str, object]:
+    """File name of each part in the checkpoint folder (``name.ext`` -> ``name_rank{R}.ext`` for per-rank parts)."""
+    out = {}
+    for name, obj in parts.items():
+        if getattr(obj, "per_rank", False):
+            stem, ext = name.rsplit(".", 1)
+            name = f"{stem}_rank{rank}.{ext}"
+        out[name] = obj
+    return out
+
+
+def _write_part(obj, path: Path) -> None:
+    """By suffix: .json (JSON), .safetensors (tensors), anything else torch.save (all written in place in the
+    checkpoint's .tmp folder, which is renamed atomically by ``finalize``)."""
+    state = obj.state_dict()
+    if path.suffix == ".json":
+        ckpt.write_json(path, state)
+    elif path.suffix == ".safetensors":
+        ckpt.save_tensors(state, path)
+    else:
+        torch.save(state, path)
+
+
+def _read_part(path: Path):
+    if path.suffix == ".json":
+        return read_json_file(path)
+    if path.suffix == ".safetensors":
+        return ckpt.load_tensors(path)
+    return read_torch_file(path)
+
+
+@dataclass(frozen=True)
+class TrainingStateView:
+    """What save and resume read and write, passed explicitly (the trainer builds it; these functions never see it).
+
+    ``dit``: the DiT module (DeepSpeed's wrapped module when ``engine`` is set); ``parts``: the trainer's
+    ``stateful_parts()``, file name -> object with ``state_dict()`` / ``load_state_dict()`` (optional attributes:
+    ``per_rank`` = every rank writes its own file, ``collective`` = every rank must call ``state_dict()`` (rank 0
+    writes it), ``optional`` = a missing file is not an error on resume,
+    ``missing_message`` = the error after the path when a required file is missing). Save and resume walk the
+    same mapping.
+    """
+
+    dit: torch.nn.Module
+    engine: Any | None
+    zero_stage: int
+    rank: int
+    world: int
+    parts: dict[str, Any]
+
+
+def save_training_checkpoint(view: TrainingStateView, output_dir: str | os.PathLike, step: int, *,
+                             args_json: str, run_configs: dict, save_total_limit: int | None,
+                             has_ema: bool, debug_delay_s: float = 0.0) -> Path:
     """Collective: every rank calls it. Returns the final checkpoint path."""
-    args = trainer.args
-    out = Path(args.output_dir)
-    rank = trainer.rank
+    out = Path(output_dir)
+    rank = view.rank
     tmp, final = ckpt.tmp_dir_for(out, step), ckpt.final_dir_for(out, step)
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
-    if trainer.engine is not None:
-        trainer.engine.save_checkpoint(str(tmp / "deepspeed"), tag=f"global_step{step}")
-    masters = fp32_master_state_dict(trainer.dit_module, trainer.engine)  # every rank: ZeRO gathers the masters
-    with gathered_params(trainer.dit_module, trainer.zero_stage):
+    if view.engine is not None:
+        view.engine.save_checkpoint(str(tmp / "deepspeed"), tag=f"global_step{step}")
+    masters = fp32_master_state_dict(view.dit, view.engine)  # every rank: ZeRO gathers the fp32 masters
+    with gathered_params(view.dit, view.zero_stage):
         if rank == 0:
             ckpt.save_tensors(masters, tmp / DIT_FILE)
         # every rank records a digest of the weights it holds: replicas must agree (checked by tests and users)
-        ckpt.write_json(tmp / f"param_digest_rank{rank}.json", param_digest(trainer.dit_module))
-    torch.save(_rng_payload(), tmp / f"rng_state_rank{rank}.pt")
-    # the EMA's per-rank fragments, assembled one parameter at a time (every rank takes part), kept on rank 0 only
-    ema_full = trainer.ema.full_state_dict(rank=0, device=trainer.device) if trainer.ema is not None else None
+        ckpt.write_json(tmp / f"param_digest_rank{rank}.json", param_digest(view.dit))
+    for name, obj in _part_files(view.parts, rank).items():  # the one list of training state, as resume reads it
+        if rank == 0 or getattr(obj, "per_rank", False):
+            _write_part(obj, tmp / name)
+        elif getattr(obj, "collective", False):
+            obj.state_dict()  # every rank takes part in assembling it (e.g. the partitioned EMA); rank 0 writes
     if rank == 0:
-        if ema_full is not None:
-            ckpt.save_tensors(ema_full, tmp / EMA_DIT_FILE)
-            del ema_full
-        if trainer.engine is None:
-            torch.save(trainer.optimizer.state_dict(), tmp / "optimizer.pt")
-            torch.save(trainer.lr_scheduler.state_dict(), tmp / "scheduler.pt")
-        ckpt.write_json(tmp / "sampler_state.json", trainer.sampler.state_dict())
-        if trainer.sftaux is not None:
-            torch.save(trainer.sftaux.state_dict(), tmp / "sftaux_state.pt")
-        ckpt.write_json(tmp / "counters.json", trainer.counters)
-        trainer.state.save_to_json(str(tmp / "trainer_state.json"))
-        (tmp / "training_args.json").write_text(args.to_json_string())
+        (tmp / "training_args.json").write_text(args_json)
         cfg_dir = tmp / "configs"
         cfg_dir.mkdir()
-        for name, src in trainer.run_configs.items():
+        for name, src in run_configs.items():
             if src and Path(src).is_file():
                 shutil.copy2(src, cfg_dir / f"{name}{Path(src).suffix}")
-        delay = float(getattr(args, "debug_checkpoint_delay_s", 0.0) or 0.0)
-        if delay > 0:  # test hook: widen the window in which a crash leaves a partial checkpoint
+        if debug_delay_s > 0:  # test hook: widen the window in which a crash leaves a partial checkpoint
             (tmp / "WRITING").write_text("partial")
-            time.sleep(delay)
+            time.sleep(debug_delay_s)
             (tmp / "WRITING").unlink()
     dist.barrier()
     if rank == 0:
-        ckpt.finalize(tmp, final, {"global_step": step, "zero_stage": trainer.zero_stage,
-                                   "world_size": trainer.world, "has_ema": trainer.ema is not None,
+        ckpt.finalize(tmp, final, {"global_step": step, "zero_stage": view.zero_stage,
+                                   "world_size": view.world, "has_ema": has_ema,
                                    "dit_dtype": "float32"})
-        removed = ckpt.rotate(out, args.save_total_limit)
+        removed = ckpt.rotate(out, save_total_limit)
         log.warning("saved %s%s", final, f" (removed {[p.name for p in removed]})" if removed else "")
     dist.barrier()
     return final
@@ -267,39 +353,29 @@ def truncate_metrics(output_dir, step: int) -> None:
                 len(drop), step)
 
 
-def load_training_checkpoint(trainer, path: Path) -> int:
+def load_training_checkpoint(view: TrainingStateView, path: Path) -> int:
+    """Restore the DiT (or the DeepSpeed engine) and every entry of ``view.parts`` from ``path``; returns its step."""
     meta = ckpt.read_checkpoint_meta(path)
     step = int(meta["global_step"])
-    rank = trainer.rank
-    if trainer.engine is not None:
+    rank = view.rank
+    if view.engine is not None:
         if not (path / DEEPSPEED_DIR).is_dir():
             raise ValueError(f"{path} was written without DeepSpeed; resume it without --deepspeed")
-        trainer.engine.load_checkpoint(str(path / DEEPSPEED_DIR), tag=f"global_step{step}",
-                                       load_optimizer_states=True, load_lr_scheduler_states=True)
+        view.engine.load_checkpoint(str(path / DEEPSPEED_DIR), tag=f"global_step{step}",
+                                    load_optimizer_states=True, load_lr_scheduler_states=True)
     else:
         if not (path / "optimizer.pt").is_file():
             raise ValueError(f"{path} was written under DeepSpeed; resume it with the same --deepspeed config")
         state = ckpt.load_tensors(path / DIT_FILE)
-        dit = trainer.dit_module
-        ref = dit.state_dict()
-        dit.load_state_dict({k: v.to(ref[k].dtype) for k, v in state.items()})
-        trainer.optimizer.load_state_dict(read_torch_file(path / "optimizer.pt"))
-        trainer.lr_scheduler.load_state_dict(read_torch_file(path / "scheduler.pt"))
-    if trainer.ema is not None:
-        if not (path / EMA_DIT_FILE).is_file():
-            raise ValueError(f"{path} has no EMA weights but --ema_decay > 0")
-        trainer.ema.load_full_state_dict(ckpt.load_tensors(path / EMA_DIT_FILE))  # each rank slices its fragments
-    rng_file = path / f"rng_state_rank{rank}.pt"
-    if rng_file.is_file():
-        _restore_rng(read_torch_file(rng_file))
-    trainer.sampler.load_state_dict(read_json_file(path / "sampler_state.json"))
-    if trainer.sftaux is not None and (path / "sftaux_state.pt").is_file():
-        trainer.sftaux.load_state_dict(read_torch_file(path / "sftaux_state.pt"))
-    trainer.counters.update(read_json_file(path / "counters.json"))
-    from transformers import TrainerState  # here, not at import: the resume decision alone needs no transformers
-
-    trainer.state = TrainerState.load_from_json(str(path / "trainer_state.json"))
-    trainer.state.global_step = step
+        ref = view.dit.state_dict()
+        view.dit.load_state_dict({k: v.to(ref[k].dtype) for k, v in state.items()})
+    for name, obj in _part_files(view.parts, rank).items():  # the same list save_training_checkpoint wrote
+        file = path / name
+        if not file.is_file():
+            if getattr(obj, "optional", False):
+                continue
+            raise ValueError(f"{path} {getattr(obj, 'missing_message', None) or f'has no {name}'}")
+        obj.load_state_dict(_read_part(file))
     if rank == 0:
         log.warning("resumed from %s (step %d)", path, step)
     return step

@@ -1,6 +1,6 @@
 """Training prompt data: the dataset YAML, prompt files, and the distributed weighted prompt sampler.
 
-YAML format (DESIGN.md §4)::
+YAML format (README.md#training-data)::
 
     sampling_mode: sample_proportional   # or weight_only
     datasets:

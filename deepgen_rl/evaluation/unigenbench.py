@@ -18,7 +18,8 @@ Two protocols (``protocol`` in every summary):
 A malformed answer is re-requested up to ``answer_retries`` times (default 10, as the official client; each
 re-request is a new sample when the judge samples, and the seed, if set, is ``seed + attempt``); after that the
 image is excluded and counted (``num_malformed_answers``). HTTP-level: connection errors, timeouts, 429 and 5xx are
-retried with exponential backoff (at most ``max_retries`` retries per answer); other 4xx are not. A request that
+retried with capped exponential backoff or the server's ``Retry-After`` (at most ``max_retries`` retries per answer;
+the one retry policy of :mod:`deepgen_rl.utils.http`); other 4xx are not. A request that
 still fails is excluded and counted (``num_request_failed``). Nothing is ever scored 0 for a failure.
 
 Environment: ``UNIGENBENCH_API_URL`` (default ``http://localhost:8000``; with or without ``/v1``),
@@ -47,7 +48,6 @@ import logging
 import os
 import re
 import sys
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -67,6 +67,7 @@ from deepgen_rl.evaluation.judge_prompt import (
     load_judge_template,
     parse_answer,
 )
+from deepgen_rl.utils.http import RequestFailed, post_json_with_retries
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class JudgeConfig:
     workers: int = 32
     timeout: float = 300.0
     max_retries: int = 3  # HTTP-level retries per answer
-    backoff: float = 1.0  # seconds before the first HTTP retry, doubled each retry
+    backoff: float = 1.0  # seconds before the first HTTP retry, doubled each retry (deepgen_rl.utils.http)
+    max_backoff: float = 30.0  # cap of one retry's wait (and of a server's Retry-After)
     answer_retries: int = 10  # re-requests of a malformed answer
     max_tokens: int = 4096
     temperature: float | None | str = MODE_DEFAULT
@@ -231,16 +233,6 @@ def image_data_url(image: Image.Image | str | Path) -> str:
     return f"data:image/jpeg;base64,{base64.b64encode(buf.getvalue()).decode()}"
 
 
-class _Retryable(Exception):
-    pass
-
-
-class _RequestFailed(Exception):
-    def __init__(self, message: str, attempts: int):
-        super().__init__(message)
-        self.attempts = attempts
-
-
 class UniGenBenchJudge:
     """Thread-pooled chat-completions client. Thread-safe; one shared ``httpx.Client``.
 
@@ -292,30 +284,18 @@ class UniGenBenchJudge:
             body["seed"] = self.config.seed + answer_try
         return body
 
-    def _post_once(self, payload: dict[str, Any]) -> str | None:
-        try:
-            resp = self._client.post(self.url, json=payload)
-        except httpx.HTTPError as exc:  # connection errors and timeouts
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
-        if resp.status_code == 429 or resp.status_code >= 500:
-            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        resp.raise_for_status()
-        return resp.json()["choices"][0]["message"].get("content")
-
     def _post(self, payload: dict[str, Any]) -> tuple[str | None, int]:
-        """(answer text, HTTP requests sent); raises _RequestFailed after ``max_retries`` retries."""
-        attempts, delay = 0, self.config.backoff
-        while True:
-            attempts += 1
-            try:
-                return self._post_once(payload), attempts
-            except _Retryable as exc:
-                if attempts > self.config.max_retries:
-                    raise _RequestFailed(str(exc), attempts) from None
-                time.sleep(delay)
-                delay *= 2
-            except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
-                raise _RequestFailed(f"{type(exc).__name__}: {exc}", attempts) from None
+        """(answer text, HTTP requests sent); raises :class:`RequestFailed` after ``max_retries`` retries
+        (the one retry policy of :mod:`deepgen_rl.utils.http`: transport errors, 429 with ``Retry-After`` and 5xx
+        are retried with capped exponential backoff; other 4xx fail at once)."""
+        body, attempts = post_json_with_retries(
+            self._client, self.url, payload, timeout_s=self.config.timeout, max_retries=self.config.max_retries,
+            backoff_s=self.config.backoff, max_backoff_s=self.config.max_backoff)
+        try:
+            return body["choices"][0]["message"].get("content"), attempts
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise RequestFailed(f"malformed chat-completions response: {type(exc).__name__}: {exc}",
+                                attempts=attempts) from None
 
     def judge(self, req: JudgeRequest, language: str) -> Judgment:
         base = dict(dataset=req.dataset, index=req.item.index, dup=req.dup, rel_path=req.rel_path)
@@ -328,7 +308,7 @@ class UniGenBenchJudge:
         for answer_try in range(1 + self.config.answer_retries):
             try:
                 text, n = self._post(self.payload(image_url, instruction, answer_try))
-            except _RequestFailed as exc:
+            except RequestFailed as exc:
                 return Judgment(**base, status="failed", error=str(exc), attempts=attempts + exc.attempts,
                                 answers=answer_try, response=text)
             attempts += n

@@ -6,8 +6,10 @@ A model config is a plain mmengine ``.py`` file of top-level values (see ``confi
     sd3_path, sd3_path_env        diffusers folder with transformer/, vae/, scheduler/
     tiny_preset                   optional: materialise `tiny.tiny_dir(preset)`, substitute "{tiny_dir}" in paths and
                                   take the preset's DeepGen sizes (tiny.PRESETS[preset]["deepgen"])
-    toy_model                     optional: True = materialise the toy-world model (`deepgen_rl.toy.model`) and
-                                  substitute "{toy_dir}" in paths
+    prebuilt                      optional: "module:function" returning {"root": folder, ...} once the model files
+                                  exist (e.g. the toy-world model, `deepgen_rl.toy.model:ensure_toy_deepgen`);
+                                  "{prebuilt_dir}" in paths becomes that folder. Named by the config, imported by
+                                  name, so the model layer does not depend on what builds the files
     default_checkpoint            optional checkpoint loaded before the ``checkpoint`` argument
     dtype, vae_dtype              "bfloat16" | "float16" | "float32" (vae_dtype defaults to dtype)
     num_queries, max_prompt_tokens, prompt_template, connector (dict of ConnectorConfig fields),
@@ -15,6 +17,8 @@ A model config is a plain mmengine ``.py`` file of top-level values (see ``confi
 """
 
 from __future__ import annotations
+
+import importlib
 
 import logging
 import os
@@ -53,13 +57,14 @@ def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, 
         for key in ("lmm_path", "sd3_path", "default_checkpoint"):
             if isinstance(cfg.get(key), str):
                 cfg[key] = cfg[key].format(tiny_dir=root)
-    if cfg.get("toy_model"):  # the pre-trained toy-world model (deepgen_rl.toy), built once into its cache
-        from deepgen_rl.toy.model import ensure_toy_deepgen
-
-        root = ensure_toy_deepgen()["root"]
+    if cfg.get("prebuilt"):  # e.g. the pre-trained toy-world model (deepgen_rl.toy), built once into its cache
+        module, _, func = str(cfg["prebuilt"]).partition(":")
+        if not module or not func:
+            raise ValueError(f"model config: prebuilt must be 'module:function', got {cfg['prebuilt']!r}")
+        root = getattr(importlib.import_module(module), func)()["root"]
         for key in ("lmm_path", "sd3_path", "default_checkpoint"):
             if isinstance(cfg.get(key), str):
-                cfg[key] = cfg[key].format(toy_dir=root)
+                cfg[key] = cfg[key].format(prebuilt_dir=root)
     return cfg
 
 

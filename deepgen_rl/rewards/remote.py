@@ -7,7 +7,7 @@ reward. Images go as base64 PNG in batches of at most ``batch_size`` (up to ``ma
 with each sample's JSON-serialisable metadata (non-JSON values are dropped).
 
 Failure semantics (the OCR client's, which is this class with OCR's defaults): a batch whose request finally fails
-(retry policy: :mod:`deepgen_rl.rewards.http`) or whose response is malformed marks its samples ``valid=False``
+(retry policy: :mod:`deepgen_rl.utils.http`) or whose response is malformed marks its samples ``valid=False``
 (``info["request_failed"]``); an image with a null score and an error string is ``valid=False`` alone
 (``info["image_failed"]``, ``"images[i]: <message>"`` in ``info["errors"]``); a null score without an error (nothing
 to score) is ``valid=False`` counted in ``info[null_counter]``. No failure ever becomes a score.
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from .base import Reward, is_finite_number, register_reward
-from .http import JsonServiceClient, RequestFailed, image_to_base64
+from deepgen_rl.utils.http import JsonServiceClient, RequestFailed, image_to_base64
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from .base import Reward, register_reward
-from .http import JsonServiceClient, RequestFailed, image_to_data_url
+from deepgen_rl.utils.http import JsonServiceClient, RequestFailed, image_to_data_url
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 :class:`PointwiseVlmReward` sends, per image, one chat-completions request (the image as a data URL, then the
 reward's instruction; greedy decoding), parses the answer with the subclass's ``parse``, and runs the requests on a
-thread pool. A request that fails after the bounded retries (:mod:`deepgen_rl.rewards.http`) or an unparseable answer
+thread pool. A request that fails after the bounded retries (:mod:`deepgen_rl.utils.http`) or an unparseable answer
 marks that image ``valid=False`` (counted in ``info["num_request_failed"]`` / ``info["num_unparseable"]``, with the
 reason in ``info["image_errors"][i]``); it never becomes a score.
 """
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from .base import Reward
-from .http import JsonServiceClient, RequestFailed, image_to_data_url
+from deepgen_rl.utils.http import JsonServiceClient, RequestFailed, image_to_data_url
 
 logger = logging.getLogger(__name__)
 

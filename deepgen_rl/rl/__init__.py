@@ -14,6 +14,7 @@ from deepgen_rl.rl.losses import (
 from deepgen_rl.rl.samplers import (
     LOG_PROB_FORMS,
     SAMPLERS,
+    SDE_SAMPLERS,
     SDEStepOutput,
     default_log_prob_form,
     make_sigmas,
@@ -29,6 +30,7 @@ __all__ = [
     "KL_TYPES",
     "LOG_PROB_FORMS",
     "SAMPLERS",
+    "SDE_SAMPLERS",
     "SDEStepOutput",
     "advantages_to_nft_reward",
     "clipped_policy_loss",

@@ -1,4 +1,4 @@
-"""Group-relative advantages for multi-reward GRPO (DESIGN.md §2).
+"""Group-relative advantages for multi-reward GRPO (docs/training.md#advantages).
 
 Inputs describe the GLOBAL batch (gathered across ranks): N images, K rewards.
 ``rewards[i, k]`` = r, ``weights[i, k]`` = w (dataset reward weights; 0 = reward k not used for image i),

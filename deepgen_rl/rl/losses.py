@@ -1,4 +1,6 @@
-"""Policy-update losses (DESIGN.md §2). Every loss is computed in fp32; ``mean_D`` = mean over non-batch dims.
+"""Policy-update losses (docs/training.md#policy-loss-kl-and-the-other-algorithms).
+
+Every loss is computed in fp32; ``mean_D`` = mean over non-batch dims.
 
 - ``clipped_policy_loss``: PPO/GRPO clipped surrogate on per-(image, step) log-probs.
 - ``kl_penalty``: KL to the frozen reference DiT ("v-based" / "x-based").

@@ -1,7 +1,7 @@
 """One denoising step of a rectified-flow model, deterministic or stochastic, with its fp32 log-probability.
 
-Conventions (DESIGN.md §2): σ ∈ [0, 1], σ = 1 is pure noise, x_σ = (1−σ)·x₀ + σ·ε and the model predicts
-v ≈ ε − x₀. A step goes from σ to σ' < σ, Δt = σ' − σ < 0. From the velocity:
+Conventions (docs/training.md#samplers-and-log-probabilities): σ ∈ [0, 1], σ = 1 is pure noise,
+x_σ = (1−σ)·x₀ + σ·ε and the model predicts v ≈ ε − x₀. A step goes from σ to σ' < σ, Δt = σ' − σ < 0. From the velocity:
 x̂₀ = x − σ·v (predicted clean latent), x̂₁ = x + (1−σ)·v (predicted noise). ``mean_D`` = mean over all non-batch dims.
 
 Samplers (``sde_step(sampler, ...)``):
@@ -35,7 +35,10 @@ from typing import Sequence
 
 import torch
 
-SAMPLERS = ("ode", "flowgrpo_sde", "cps_sde", "dance_sde")
+SAMPLERS = ("ode", "flowgrpo_sde", "cps_sde", "dance_sde")  # the one list: config, tests and docs import it
+ODE = SAMPLERS[0]  # the deterministic Euler step (evaluation, steps outside the SDE window)
+SDE_SAMPLERS = tuple(s for s in SAMPLERS if s != ODE)  # the stochastic ones: what training can score
+DEFAULT_SDE_SAMPLER = "cps_sde"  # the recipe's (docs/recipe.md)
 LOG_PROB_FORMS = ("gaussian", "squared_error")
 _DEFAULT_LOG_PROB_FORM = {"flowgrpo_sde": "gaussian", "cps_sde": "squared_error", "dance_sde": "gaussian"}
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)

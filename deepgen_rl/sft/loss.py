@@ -1,4 +1,5 @@
-"""SFT-auxiliary flow-matching loss on real image–caption pairs (DESIGN.md §2) and the trainer-facing helper.
+"""SFT-auxiliary flow-matching loss on real image–caption pairs and the trainer-facing helper
+(docs/training.md#sft-auxiliary-loss).
 
 The trainer combines it with the policy loss in the same optimizer update::
 

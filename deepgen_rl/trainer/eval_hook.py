@@ -1,13 +1,17 @@
-"""Evaluation inside training: every rank generates its shard, judges it, verdicts are all-gathered (JSON)."""
+"""Evaluation inside training: every rank generates its shard, judges it, verdicts are all-gathered (JSON).
+
+Every function here takes what it uses (model, DiT, specs, world layout, an autocast context), never the trainer.
+"""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Callable, ContextManager
 
 import torch
 
-from deepgen_rl.evaluation.config import load_eval_config
+from deepgen_rl.evaluation.config import EvalDatasetSpec, load_eval_config
 from deepgen_rl.evaluation.runner import run_unigenbench_eval
 from deepgen_rl.trainer.deepspeed_utils import dit_from_state
 from deepgen_rl.utils import dist
@@ -15,8 +19,18 @@ from deepgen_rl.utils import dist
 log = logging.getLogger(__name__)
 
 
-def _ema_transformer(trainer):
-    """A fresh DiT (built from the live one's config) holding the EMA weights; None when EMA is off.
+def load_training_eval_specs(eval_dataset_config: str, max_prompts: int = 0) -> list[EvalDatasetSpec]:
+    """The eval YAML's datasets, each cut to its first ``max_prompts`` prompts when ``max_prompts > 0``."""
+    specs = load_eval_config(eval_dataset_config)
+    if max_prompts > 0:
+        for spec in specs:
+            spec.prompts = spec.prompts[:max_prompts]
+    return specs
+
+
+def ema_transformer(live: torch.nn.Module, ema, device, dtype: torch.dtype):
+    """A fresh DiT (built from ``live``'s config) holding the weights of ``ema`` (a
+    :class:`deepgen_rl.trainer.ema.PartitionedEMA`); None when EMA is off.
 
     Collective under ZeRO (every rank evaluates): the EMA is kept per rank as fragments of the fp32 masters and
     assembled here one parameter at a time (:meth:`deepgen_rl.trainer.ema.PartitionedEMA.iter_full`), each converted
@@ -24,36 +38,32 @@ def _ema_transformer(trainer):
     the config rather than copied, so it also works when the live DiT is partitioned by ZeRO-3; see
     :func:`deepgen_rl.trainer.deepspeed_utils.dit_from_state`.
     """
-    if trainer.ema is None:
+    if ema is None:
         return None
-    live = trainer.dit_module
-    missing = {n for n, _ in live.named_parameters()} - set(trainer.ema.names())
+    missing = {n for n, _ in live.named_parameters()} - set(ema.names())
     if missing:
         raise RuntimeError(f"EMA weights lack {sorted(missing)[:5]}")
-    dtype = torch.bfloat16 if trainer.args.bf16 else torch.float32
-    state = {n: t.to(trainer.device, dtype) for n, t in trainer.ema.iter_full(trainer.device)}
+    state = {n: t.to(device, dtype) for n, t in ema.iter_full(device)}
     # built on the meta device and filled tensor by tensor in the eval dtype: no random fp32 DiT on the host
-    return dit_from_state(live, state, device=trainer.device, dtype=dtype, copy=False)  # read-only
+    return dit_from_state(live, state, device=device, dtype=dtype, copy=False)  # read-only
 
 
-def run_training_eval(trainer, step: int) -> dict:
-    args = trainer.args
-    specs = load_eval_config(trainer.eval_dataset_config)
-    if args.eval_max_prompts > 0:
-        for spec in specs:
-            spec.prompts = spec.prompts[: args.eval_max_prompts]
-    transformer = _ema_transformer(trainer) or trainer.dit_module
-    was_training = trainer.dit_module.training
-    trainer.dit_module.eval()
+def run_training_eval(model, transformer: torch.nn.Module, specs: list[EvalDatasetSpec], output_dir: str | Path,
+                      step: int, *, rank: int, world_size: int, autocast: Callable[[], ContextManager],
+                      live_dit: torch.nn.Module | None = None, **generation) -> dict:
+    """Generate and judge ``specs`` with ``transformer`` into ``output_dir/eval``; returns the gathered metrics.
+
+    ``live_dit`` (the training DiT, default ``transformer``) is put in eval mode for the duration and restored.
+    ``generation`` is passed on to :func:`deepgen_rl.evaluation.runner.run_unigenbench_eval` (height, width, seed,
+    judge, inference_mode, eta, sampler, batch_size, progress).
+    """
+    live = transformer if live_dit is None else live_dit
+    was_training = live.training
+    live.eval()
     try:
-        with torch.no_grad(), trainer._autocast():
-            metrics = run_unigenbench_eval(
-                trainer.deepgen, specs, Path(args.output_dir) / "eval", step, rank=trainer.rank,
-                world_size=trainer.world, barrier_fn=dist.barrier, gather_fn=dist.all_gather_json,
-                transformer=transformer, height=args.image_height, width=args.image_width, seed=args.seed,
-                judge=args.eval_judge, inference_mode=args.eval_inference_mode, eta=args.sde_eta,
-                sampler=args.atrain_sde_sampler, batch_size=args.rollout_micro_batch_size,
-                progress=trainer.rank == 0 and not args.disable_tqdm)
+        with torch.no_grad(), autocast():
+            return run_unigenbench_eval(
+                model, specs, Path(output_dir) / "eval", step, rank=rank, world_size=world_size,
+                barrier_fn=dist.barrier, gather_fn=dist.all_gather_json, transformer=transformer, **generation)
     finally:
-        trainer.dit_module.train(was_training)
-    return metrics
+        live.train(was_training)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import math
 import time
-from concurrent.futures import Future
 from contextlib import nullcontext
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import Trainer
@@ -23,15 +25,18 @@ from transformers.utils import logging
 
 from deepgen_rl.config import GRPOConfig, batch_layout
 from deepgen_rl.data.prompts import DistributedPromptSampler, load_train_config
-from deepgen_rl.rewards import compute_weighted_rewards, get_reward
-from deepgen_rl.rl.advantages import compute_advantages
+from deepgen_rl.rewards import get_reward
+from deepgen_rl.rewards.base import MultiRewardOutput
+from deepgen_rl.rl.advantages import AdvantageOutput, compute_advantages
 from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask, trained_step_indices
 from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_from_state,
                                                  dit_hidden_size, partitioned_fraction)
+from deepgen_rl.rl.objectives import OBJECTIVES, PieceInputs
 from deepgen_rl.trainer.ema import PartitionedEMA
 from deepgen_rl.trainer.policy import policy_piece_loss
+from deepgen_rl.trainer.reward_overlap import GroupedRewardScheduler
 from deepgen_rl.trainer.reward_workers import DaemonExecutor
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
@@ -48,6 +53,29 @@ def weighted_total(scores: torch.Tensor, weights: torch.Tensor, valid: torch.Ten
     w = weights * valid
     has = w.sum(1) > 0
     return (scores * w).sum(1) / w.sum(1).clamp_min(1e-12), has
+
+
+@dataclass
+class StepResult:
+    """What one GRPO step produced; metrics, rollout records and the sample grid all read it.
+
+    batch: this rank's RolloutBatch (N images); weights: (N, K) fp32; rewards: this rank's MultiRewardOutput
+    ((N, K) scores / valid and per-reward counters); g_scores / g_valid / g_weights: the same gathered over ranks
+    (world·N, K); adv_out: the global AdvantageOutput; advantages: (N,) fp32 of this rank (negated under
+    --negate_advantages); update_stats: one dict per optimizer update; timings: perf_counter at start, rollout end,
+    rewards collected, update end.
+    """
+
+    batch: Any
+    weights: torch.Tensor
+    rewards: MultiRewardOutput
+    g_scores: torch.Tensor
+    g_valid: torch.Tensor
+    g_weights: torch.Tensor
+    adv_out: AdvantageOutput
+    advantages: torch.Tensor
+    update_stats: list[dict]
+    timings: tuple[float, float, float, float]
 
 
 class DeepGenGRPOTrainer(Trainer):
@@ -99,7 +127,7 @@ class DeepGenGRPOTrainer(Trainer):
         args = self.args
         updates = max_steps * args.atrain_num_actor_update_steps
         dit = self.deepgen.transformer
-        if args.beta > 0 and args.atrain_algorithm != "diffusionnft":  # the NFT objective has no KL term
+        if args.beta > 0 and OBJECTIVES[args.atrain_algorithm].uses_reference_dit:  # e.g. NFT has no KL term
             # frozen, so no master weights: built straight in bf16 (no transient fp32 deepcopy of the DiT)
             self.ref_dit = dit_from_state(dit, dit.state_dict(), device=self.device,
                                           dtype=torch.bfloat16 if args.bf16 else torch.float32)
@@ -169,7 +197,8 @@ class DeepGenGRPOTrainer(Trainer):
         """
         return self.engine if self.engine is not None else self.deepgen.transformer
 
-    def _autocast(self):
+    def autocast(self):
+        """bf16 autocast for plain-torch CUDA runs (DeepSpeed runs its own bf16 mode); a null context otherwise."""
         if self.args.bf16 and torch.cuda.is_available() and self.engine is None:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return nullcontext()
@@ -232,105 +261,87 @@ class DeepGenGRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ one GRPO step
     def grpo_step(self, step: int) -> dict:
-        args, model = self.args, self.deepgen
-        t0 = time.perf_counter()
+        """One GRPO step: rollout (rewards scored while it runs) -> global advantages -> policy update(s) -> log."""
+        args, t0 = self.args, time.perf_counter()
         items = self.sampler.next_batch()
-        sigmas = make_sigmas(args.num_inference_steps, model.scheduler_shift)
-        T = args.num_inference_steps
+        sigmas, stochastic, trained = self._step_schedule(step)
+        weights = self._reward_weights(items)
+        prompts, metadata = expand_groups(items, args.rollout_n)  # the order rollout() uses
+        scheduler = GroupedRewardScheduler(self._executor.submit, self.rewards, self.reward_names, prompts, metadata,
+                                           weights, group_size=args.rollout_n)
+        batch = self._rollout(items, step, sigmas, stochastic, on_micro_batch=scheduler.on_micro_batch)
+        t_rollout = time.perf_counter()
+        local = scheduler.collect()
+        t_reward = time.perf_counter()
+        # global advantages (gathered over ranks: groups and batch statistics are global)
+        g_scores, g_valid = dist.all_gather_cat(local.scores), dist.all_gather_cat(local.valid)
+        g_weights, g_groups = dist.all_gather_cat(weights), dist.all_gather_cat(batch.group_ids)
+        adv_out = compute_advantages(args.atrain_adv_type, g_scores, g_weights, g_groups, g_valid,
+                                     clip_max=args.adv_clip_max)
+        n = len(batch)
+        advantages = adv_out.advantages[self.rank * n:(self.rank + 1) * n].float()
+        if args.negate_advantages:
+            advantages = -advantages
+        # policy update(s): exactly one optimizer step each
+        update_stats = [self._policy_update(batch, advantages, trained, u)
+                        for u in range(args.atrain_num_actor_update_steps)]
+        result = StepResult(batch, weights, local, g_scores, g_valid, g_weights, adv_out, advantages, update_stats,
+                            timings=(t0, t_rollout, t_reward, time.perf_counter()))
+        if args.save_rollout_records:
+            self._write_rollout_records(step, result)
+        if args.log_images_every and (step + 1) % args.log_images_every == 0 and self.rank == 0:
+            self._save_grid(step, result)
+        return self._step_metrics(result)
+
+    def _step_schedule(self, step: int):
+        """(sigmas (T+1,), stochastic (T,) bool, trained step indices) of this step (seeded by step and rank)."""
+        args, T = self.args, self.args.num_inference_steps
+        sigmas = make_sigmas(T, self.deepgen.scheduler_shift)
         window = sde_window(T, args.sde_window_size, args.window_range(),
                             make_generator("window", args.seed, step)) if args.sde_window_size > 0 else None
         stochastic = torch.tensor(stochastic_step_mask(T, window))
         trained = trained_step_indices(
             T, timestep_fraction=None if window else args.timestep_fraction, window=window,
             generator=make_generator("timesteps", args.seed, step, self.rank))
+        return sigmas, stochastic, trained
 
-        # per-image reward weights (N, K) from each image's dataset
-        weights_per_prompt = [[self.data_config.datasets[it.dataset_index].reward_weights.get(n, 0.0)
-                               for n in self.reward_names] for it in items]
-        weights = torch.tensor([w for w in weights_per_prompt for _ in range(args.rollout_n)], dtype=torch.float32)
-        futures: list[tuple[list[int], Future]] = []
-        prompts_flat, meta_flat = expand_groups(items, args.rollout_n)  # the order rollout() uses
+    def _reward_weights(self, items) -> torch.Tensor:
+        """Per-image reward weights (N, K) fp32 from each image's dataset (N = prompts x rollout_n)."""
+        per_prompt = [[self.data_config.datasets[it.dataset_index].reward_weights.get(n, 0.0)
+                       for n in self.reward_names] for it in items]
+        return torch.tensor([w for w in per_prompt for _ in range(self.args.rollout_n)], dtype=torch.float32)
 
-        decoded: dict[int, object] = {}
-        sent = [0]
-
-        def submit(idx, images):
-            # Rewards start as soon as whole prompt groups are decoded (pairwise judges need complete groups),
-            # while the next rollout micro-batches are still generating.
-            decoded.update(zip(idx, images))
-            done = sent[0]
-            while done in decoded:
-                done += 1
-            ready = (done // args.rollout_n) * args.rollout_n
-            if ready > sent[0]:
-                sel = list(range(sent[0], ready))
-                sent[0] = ready
-                futures.append((sel, self._executor.submit(
-                    compute_weighted_rewards, self.rewards, [decoded[i] for i in sel],
-                    [prompts_flat[i] for i in sel], [meta_flat[i] for i in sel], weights[sel], self.reward_names)))
-
+    def _rollout(self, items, step: int, sigmas, stochastic, on_micro_batch):
+        args = self.args
         self.dit_module.eval()
-        with self._autocast():
-            batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.rollout_micro_batch_size,
-                            sigmas=sigmas, stochastic=stochastic, sampler=args.atrain_sde_sampler, eta=args.sde_eta,
-                            cfg_scale=args.cfg_scale, init_same_noise=args.init_same_noise,
-                            height=args.image_height, width=args.image_width, seed=args.seed, step=step,
-                            rank=self.rank, transformer=self.dit_module,
+        with self.autocast():
+            batch = rollout(self.deepgen, items, rollout_n=args.rollout_n,
+                            micro_batch_size=args.rollout_micro_batch_size, sigmas=sigmas, stochastic=stochastic,
+                            sampler=args.atrain_sde_sampler, eta=args.sde_eta, cfg_scale=args.cfg_scale,
+                            init_same_noise=args.init_same_noise, height=args.image_height, width=args.image_width,
+                            seed=args.seed, step=step, rank=self.rank, transformer=self.dit_module,
                             storage_device=args.trajectory_device if args.trajectory_device == "cpu" else self.device,
-                            on_micro_batch=submit, progress=self.rank == 0 and not args.disable_tqdm)
+                            on_micro_batch=on_micro_batch, progress=self.rank == 0 and not args.disable_tqdm)
         self.counters["vlm_prompt_encodings"] += batch.num_prompt_encodings
-        t_rollout = time.perf_counter()
+        return batch
 
-        n, K = len(batch), len(self.reward_names)
-        scores = torch.zeros(n, K)
-        valid = torch.zeros(n, K, dtype=torch.bool)
-        reward_info: dict = {}
-        for idx, fut in futures:
-            out = fut.result()
-            scores[idx] = out.scores
-            valid[idx] = out.valid
-            for name, info in out.info.get("per_reward", {}).items():
-                acc = reward_info.setdefault(name, {"num_scored": 0, "num_failed": 0, "num_skipped": 0,
-                                                    "latency_s": 0.0})
-                for key in acc:
-                    acc[key] += info.get(key, 0)
-        t_reward = time.perf_counter()
+    def _save_grid(self, step: int, r: "StepResult") -> None:
+        total, has = weighted_total(r.rewards.scores, r.weights, r.rewards.valid)
+        save_sample_grid(r.batch.images, r.batch.prompts, torch.where(has, total, float("nan")).tolist(),
+                         Path(self.args.output_dir) / "samples" / f"step_{step + 1}.png",
+                         report_to=self.args.report_to, step=step + 1)
 
-        # ---- global advantages (gathered over ranks: groups and batch statistics are global)
-        g_scores, g_valid = dist.all_gather_cat(scores), dist.all_gather_cat(valid)
-        g_weights, g_groups = dist.all_gather_cat(weights), dist.all_gather_cat(batch.group_ids)
-        adv_out = compute_advantages(args.atrain_adv_type, g_scores, g_weights, g_groups, g_valid,
-                                     clip_max=args.adv_clip_max)
-        advantages = adv_out.advantages[self.rank * n:(self.rank + 1) * n].float()
-        if args.negate_advantages:
-            advantages = -advantages
-
-        # ---- policy update(s): exactly one optimizer step each
-        update_stats = [self._policy_update(batch, advantages, trained, u)
-                        for u in range(args.atrain_num_actor_update_steps)]
-        t_update = time.perf_counter()
-
-        if args.save_rollout_records:
-            self._write_rollout_records(step, batch, scores, valid, weights, advantages)
-        metrics = self._step_metrics(batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out,
-                                     reward_info, update_stats, t0, t_rollout, t_reward, t_update)
-        if args.log_images_every and (step + 1) % args.log_images_every == 0 and self.rank == 0:
-            total, has = weighted_total(scores, weights, valid)
-            save_sample_grid(batch.images, batch.prompts, torch.where(has, total, float("nan")).tolist(),
-                             Path(args.output_dir) / "samples" / f"step_{step + 1}.png",
-                             report_to=args.report_to, step=step + 1)
-        return metrics
-
-    def _write_rollout_records(self, step, batch, scores, valid, weights, advantages) -> None:
+    def _write_rollout_records(self, step: int, r: "StepResult") -> None:
         """OUTPUT_DIR/rollouts/step_N/rank_R.jsonl: per image prompt, group, rewards (null = failed/skipped), A."""
         out = Path(self.args.output_dir) / "rollouts" / f"step_{step + 1}"
         out.mkdir(parents=True, exist_ok=True)
+        batch, scores, valid = r.batch, r.rewards.scores, r.rewards.valid
         lines = []
         for i in range(len(batch)):
-            rec = {**batch.metadata[i], "prompt": batch.prompts[i], "advantage": float(advantages[i]),
+            rec = {**batch.metadata[i], "prompt": batch.prompts[i], "advantage": float(r.advantages[i]),
                    "rewards": {n: (float(scores[i, k]) if bool(valid[i, k]) else None)
                                for k, n in enumerate(self.reward_names)},
-                   "weights": {n: float(weights[i, k]) for k, n in enumerate(self.reward_names)},
+                   "weights": {n: float(r.weights[i, k]) for k, n in enumerate(self.reward_names)},
                    "initial_noise_digest": float(batch.latents[i, 0].double().sum())}
             lines.append(json.dumps(rec))
         (out / f"rank_{self.rank}.jsonl").write_text("\n".join(lines) + "\n")
@@ -345,14 +356,15 @@ class DeepGenGRPOTrainer(Trainer):
         lam = args.sftaux_coef if self.sftaux is not None and (
             self.counters["optimizer_steps"] % args.sftaux_every_n_steps == 0) else 0.0
         pieces = [(mb, j) for mb in mbs for j in trained]
+        inputs = self.piece_inputs()
         self._boundary_backward_done = False
         acc: dict[str, float] = {}
         nonfinite = 0
         total_backward = len(pieces) + (1 if lam > 0 else 0)
         done = 0
         for mb, j in pieces:
-            with self._autocast():
-                loss, stats = policy_piece_loss(self, batch, advantages, mb, j)
+            with self.autocast():
+                loss, stats = policy_piece_loss(inputs, batch, advantages, mb, j)
             scale = (1.0 - lam) * len(mb) / n / len(trained)
             finite = self._all_finite(loss)
             done += 1
@@ -366,7 +378,7 @@ class DeepGenGRPOTrainer(Trainer):
                 acc["first_ratio_max_abs_dev"] = max(acc.get("first_ratio_max_abs_dev", 0.0),
                                                      stats.get("ratio_max_abs_dev", 0.0))
         if lam > 0:
-            with self._autocast():
+            with self.autocast():
                 sft_loss, sft_stats = self.sftaux.loss(transformer=self.dit_forward)
             done += 1
             if self._all_finite(sft_loss):
@@ -384,10 +396,20 @@ class DeepGenGRPOTrainer(Trainer):
         acc["grad_norm"] = self._optimizer_step(skip)
         return acc
 
+    def piece_inputs(self) -> PieceInputs:
+        """The frozen inputs every piece loss of this update reads (see :class:`PieceInputs`)."""
+        args = self.args
+        return PieceInputs(
+            model=self.deepgen, transformer=self.dit_forward, ref_transformer=self.ref_dit, device=self.device,
+            dtype=next(self.dit_module.parameters()).dtype, step=self.state.global_step, rank=self.rank,
+            seed=args.seed, algorithm=args.atrain_algorithm, sampler=args.atrain_sde_sampler, eta=args.sde_eta,
+            cfg_scale=args.cfg_scale, clip_range=args.clip_range, beta=args.beta, kl_type=args.atrain_kl_type,
+            adv_clip_max=args.adv_clip_max, nft_beta=args.diffusionnft_beta)
+
     def _zero_boundary_backward(self, batch) -> None:
         x = torch.zeros_like(batch.latents[:1, 0]).to(self.device)
         cond = batch.cond.index_select(torch.zeros(1, dtype=torch.long, device=self.device))
-        with self._autocast():
+        with self.autocast():
             v = self.deepgen.predict_velocity(x, torch.full((1,), 0.5, device=self.device), cond,
                                               transformer=self.dit_forward)
         self._backward(v.float().sum() * 0.0, is_last=True)
@@ -445,8 +467,10 @@ class DeepGenGRPOTrainer(Trainer):
         return grad_norm
 
     # ------------------------------------------------------------------ metrics
-    def _step_metrics(self, batch, scores, valid, weights, g_scores, g_valid, g_weights, adv_out, reward_info,
-                      update_stats, t0, t_rollout, t_reward, t_update) -> dict:
+    def _step_metrics(self, r: "StepResult") -> dict:
+        batch, g_scores, g_valid, g_weights, update_stats = r.batch, r.g_scores, r.g_valid, r.g_weights, r.update_stats
+        reward_info = r.rewards.info["per_reward"]
+        t0, t_rollout, t_reward, t_update = r.timings
         m: dict[str, float] = {}
         total, has = weighted_total(g_scores, g_weights, g_valid)
         m["reward/total"] = float(total[has].mean()) if has.any() else float("nan")
@@ -458,12 +482,12 @@ class DeepGenGRPOTrainer(Trainer):
             m[f"reward_calls/{name}"] = float(asked.sum())
             if name in reward_info:  # this rank's reward calls: wall time spent inside the reward
                 m[f"reward_latency_s/{name}"] = float(reward_info[name]["latency_s"])
-        local_total, local_has = weighted_total(scores, weights, valid)
+        local_total, local_has = weighted_total(r.rewards.scores, r.weights, r.rewards.valid)
         for ds in self.data_config.datasets:
             sel = torch.tensor([md["dataset"] == ds.name for md in batch.metadata]) & local_has
             if sel.any():
                 m[f"reward_by_dataset/{ds.name}"] = float(local_total[sel].mean())
-        for k, v in adv_out.stats.items():
+        for k, v in r.adv_out.stats.items():
             if isinstance(v, (int, float)):
                 m[f"advantage/{k}"] = float(v)
         train = {k: float(sum(u.get(k, 0.0) for u in update_stats) / len(update_stats)) for k in update_stats[0]}
@@ -488,17 +512,62 @@ class DeepGenGRPOTrainer(Trainer):
         args = self.args
         if not self.eval_dataset_config or (not force and (not args.eval_freq or step % args.eval_freq)):
             return
-        from deepgen_rl.trainer.eval_hook import run_training_eval
+        from deepgen_rl.trainer.eval_hook import ema_transformer, load_training_eval_specs, run_training_eval
 
-        metrics = run_training_eval(self, step)
+        specs = load_training_eval_specs(self.eval_dataset_config, args.eval_max_prompts)
+        ema_dit = ema_transformer(self.dit_module, self.ema, self.device,
+                                  torch.bfloat16 if args.bf16 else torch.float32)
+        metrics = run_training_eval(
+            self.deepgen, ema_dit or self.dit_module, specs, args.output_dir, step, rank=self.rank,
+            world_size=self.world, autocast=self.autocast, live_dit=self.dit_module, height=args.image_height,
+            width=args.image_width, seed=args.seed, judge=args.eval_judge, inference_mode=args.eval_inference_mode,
+            eta=args.sde_eta, sampler=args.atrain_sde_sampler, batch_size=args.rollout_micro_batch_size,
+            progress=self.rank == 0 and not args.disable_tqdm)
         if metrics:
             self.log(metrics)
 
     # ------------------------------------------------------------------ checkpoints
+    def stateful_parts(self) -> dict:
+        """Every piece of training state besides the DiT weights / DeepSpeed engine: checkpoint file name -> object
+        with ``state_dict()`` / ``load_state_dict()``. Save and resume both walk this one mapping, so a piece added
+        here is saved and restored; a piece missing here is neither."""
+        from deepgen_rl.checkpoints.rl_format import EMA_DIT_FILE
+        from deepgen_rl.checkpoints.training_state import DictState, Part, RngState
+        from transformers import TrainerState
+
+        def load_hf_state(state: dict) -> None:
+            self.state = TrainerState(**state)
+
+        parts: dict = {}
+        if self.engine is None:  # under DeepSpeed the engine's own checkpoint holds optimizer and scheduler
+            parts["optimizer.pt"] = self.optimizer
+            parts["scheduler.pt"] = self.lr_scheduler
+        if self.ema is not None:  # the EMA of the fp32 masters: each rank's fragments, full tensors in the file
+            parts[EMA_DIT_FILE] = Part(lambda: self.ema.full_state_dict(rank=0, device=self.device),
+                                       self.ema.load_full_state_dict, collective=True,
+                                       missing_message="has no EMA weights but --ema_decay > 0")
+        parts["rng_state.pt"] = RngState()
+        parts["sampler_state.json"] = self.sampler
+        if self.sftaux is not None:  # optional: the SFT term may have been off when the checkpoint was written
+            parts["sftaux_state.pt"] = Part(self.sftaux.state_dict, self.sftaux.load_state_dict, optional=True)
+        parts["counters.json"] = DictState(self.counters)
+        parts["trainer_state.json"] = Part(lambda: dataclasses.asdict(self.state), load_hf_state)
+        return parts
+
+    def _state_view(self):
+        from deepgen_rl.checkpoints.training_state import TrainingStateView
+
+        return TrainingStateView(dit=self.dit_module, engine=self.engine, zero_stage=self.zero_stage, rank=self.rank,
+                                 world=self.world, parts=self.stateful_parts())
+
     def save_checkpoint(self, step: int) -> Path:
         from deepgen_rl.checkpoints.training_state import save_training_checkpoint
 
-        path = save_training_checkpoint(self, step)
+        args = self.args
+        path = save_training_checkpoint(
+            self._state_view(), args.output_dir, step, args_json=args.to_json_string(), run_configs=self.run_configs,
+            save_total_limit=args.save_total_limit, has_ema=self.ema is not None,
+            debug_delay_s=float(getattr(args, "debug_checkpoint_delay_s", 0.0) or 0.0))
         self._saved_step = step
         return path
 
@@ -507,9 +576,12 @@ class DeepGenGRPOTrainer(Trainer):
                                                            truncate_metrics)
 
         path = find_resume_checkpoint(self.args.output_dir, resume_from_checkpoint)
-        step = 0 if path is None else load_training_checkpoint(self, path)
+        step = 0 if path is None else load_training_checkpoint(self._state_view(), path)
+        if path is not None:
+            self.state.global_step = step
         self._saved_step = step  # the weights of `step` are on disk (in `path`) or there is nothing to save yet
         self.counters_at_start = dict(self.counters)  # this run's own updates = counters - these
         if self.rank == 0:
             truncate_metrics(self.args.output_dir, step)  # steps after `step` are redone: never logged twice
         return step
+

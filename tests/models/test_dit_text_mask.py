@@ -18,7 +18,7 @@ from deepgen_rl.models import Conditioning
 from deepgen_rl.models.deepgen.dit_attention import TextMaskedJointAttnProcessor
 from deepgen_rl.rl.samplers import make_sigmas
 from deepgen_rl.rollout import rollout
-from deepgen_rl.trainer.policy import policy_piece_loss
+from deepgen_rl.trainer.policy import PieceInputs, policy_piece_loss
 
 PROMPTS = ["a cat", "two dogs run across a green field under a clear sky at night with many people",
            "a red apple on a wooden table"]
@@ -141,16 +141,14 @@ def test_rollout_and_policy_loss_velocities_equal_each_prompt_alone(tiny_model, 
     rec.calls.clear()
     policy_dit = copy.deepcopy(tiny_model.transformer).train()
     policy_dit.enable_gradient_checkpointing()
-    args = SimpleNamespace(atrain_algorithm="flowgrpo", cfg_scale=cfg_scale, atrain_sde_sampler="cps_sde",
-                           sde_eta=1.0, clip_range=1e-4, beta=0.1, atrain_kl_type="v-based", seed=0,
-                           adv_clip_max=5.0, diffusionnft_beta=0.1)
-    trainer = SimpleNamespace(args=args, deepgen=tiny_model, device=torch.device("cpu"), dit_module=policy_dit,
-                              dit_forward=policy_dit,
-                              ref_dit=copy.deepcopy(tiny_model.transformer).eval(),
-                              state=SimpleNamespace(global_step=0), rank=0)
-    loss, _ = policy_piece_loss(trainer, batch, torch.randn(len(batch)), [1, 2, 4], 0)
+    ref_dit = copy.deepcopy(tiny_model.transformer).eval()
+    inputs = PieceInputs(model=tiny_model, transformer=policy_dit, ref_transformer=ref_dit, device=torch.device("cpu"),
+                         dtype=next(policy_dit.parameters()).dtype, step=0, rank=0, seed=0, algorithm="flowgrpo",
+                         sampler="cps_sde", eta=1.0, cfg_scale=cfg_scale, clip_range=1e-4, beta=0.1,
+                         kl_type="v-based", adv_clip_max=5.0, nft_beta=0.1)
+    loss, _ = policy_piece_loss(inputs, batch, torch.randn(len(batch)), [1, 2, 4], 0)
     loss.backward()
-    assert {id(c[3]) for c in rec.calls} == {id(policy_dit), id(trainer.ref_dit)}
+    assert {id(c[3]) for c in rec.calls} == {id(policy_dit), id(ref_dit)}
     assert all(p.grad is not None for p in policy_dit.parameters() if p.requires_grad)
     check_against_alone(tiny_model, rec.calls, alone, min_masked_calls=2)
 

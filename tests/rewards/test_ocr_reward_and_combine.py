@@ -98,7 +98,7 @@ def test_ocr_reward_retries_5xx_and_429_then_succeeds():
 def test_unusable_retry_after_falls_back_to_backoff(monkeypatch):
     """Retry-After -1 / nan / inf / junk: normal backoff (time.sleep(-1) or sleep(nan) would raise ValueError and
     abort the whole reward call); 0 and 5 are used, capped by max_backoff_s; then the request succeeds."""
-    from deepgen_rl.rewards import http
+    from deepgen_rl.utils import http
 
     delays = []
     monkeypatch.setattr(http.time, "sleep", delays.append)
@@ -115,7 +115,7 @@ def test_unusable_retry_after_falls_back_to_backoff(monkeypatch):
 
 def test_negative_and_nan_retry_after_really_sleep_and_succeed():
     """Unpatched time.sleep: a negative or NaN Retry-After must not raise ValueError out of the retry loop."""
-    from deepgen_rl.rewards.http import post_json_with_retries
+    from deepgen_rl.utils.http import post_json_with_retries
 
     server = _ScriptedOcr([(429, {}, {"Retry-After": "-1"}), (429, {}, {"Retry-After": "nan"}), (200, {"ok": 1})])
     with httpx.Client() as client:

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from deepgen_rl.rl import (
+    SDE_SAMPLERS,
     advantages_to_nft_reward,
     clipped_policy_loss,
     diffusionnft_loss,
@@ -104,7 +105,7 @@ def test_kl_rejects_deterministic_step_and_unknown_type():
 # ---------------------------------------------------------------------------------------------- GRPO-Guard
 
 
-@pytest.mark.parametrize("sampler", ["flowgrpo_sde", "cps_sde", "dance_sde"])
+@pytest.mark.parametrize("sampler", SDE_SAMPLERS)
 def test_grpo_guard_ratio_is_centred_and_step_scale_free(sampler):
     """RatioNorm turns log p_θ − log p_old into mean_D[(μ_θ − μ_old)·ξ]: no negative shift, no 1/std scale."""
     g = torch.Generator().manual_seed(0)

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from deepgen_rl.rl import (
+    SAMPLERS,
+    SDE_SAMPLERS,
     make_sigmas,
     sde_step,
     sde_window,
@@ -11,7 +13,6 @@ from deepgen_rl.rl import (
     trained_step_indices,
 )
 
-SDE_SAMPLERS = ("flowgrpo_sde", "cps_sde", "dance_sde")
 SHAPE = (3, 4, 8, 8)
 
 
@@ -142,7 +143,7 @@ def test_bf16_inputs_give_fp32_results_of_rounded_values(sampler):
     torch.testing.assert_close(s_lo.log_prob, s_hi.log_prob, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("sampler", ("ode",) + SDE_SAMPLERS)
+@pytest.mark.parametrize("sampler", SAMPLERS)
 def test_per_sample_sigma_equals_scalar_calls(sampler):
     x, v = _inputs()
     sig = torch.tensor([1.0, 0.6, 0.2])

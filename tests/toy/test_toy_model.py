@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from deepgen_rl.toy.datasets import eval_heldout_specs, eval_train_specs
-from deepgen_rl.toy.evaluate import check_images, evaluate_prompts, summarize
+from deepgen_rl.toy.evaluate import check_images, summarize
+from deepgen_rl.toy.sampling import evaluate_prompts
 from deepgen_rl.toy.world import caption
 
 

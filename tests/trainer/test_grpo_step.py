@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 
 from deepgen_rl.rewards.base import Reward
+from deepgen_rl.rl.samplers import SDE_SAMPLERS
 from tests.trainer.helpers import run_inprocess, tiny_model
 
 
-def test_one_optimizer_step_per_rollout_batch(tmp_path):
+def test_one_optimizer_step_per_rollout_batch(tmp_path, monkeypatch):
     model = tiny_model()
     calls = {"n": 0}
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
@@ -26,21 +27,17 @@ def test_one_optimizer_step_per_rollout_batch(tmp_path):
 
         self.optimizer.step = counted
 
-    DeepGenGRPOTrainer._setup_optimization = counting_setup
-    try:
-        # 2 micro-batches x 3 trained timesteps = 6 backward passes per update, 2 updates per rollout batch
-        trainer, history = run_inprocess(tmp_path, model=model, max_steps=3, atrain_micro_batch_size=4,
-                                         num_inference_steps=5, timestep_fraction=0.6,
-                                         atrain_num_actor_update_steps=2)
-    finally:
-        DeepGenGRPOTrainer._setup_optimization = orig
+    monkeypatch.setattr(DeepGenGRPOTrainer, "_setup_optimization", counting_setup)
+    # 2 micro-batches x 3 trained timesteps = 6 backward passes per update, 2 updates per rollout batch
+    trainer, history = run_inprocess(tmp_path, model=model, max_steps=3, atrain_micro_batch_size=4,
+                                     num_inference_steps=5, timestep_fraction=0.6, atrain_num_actor_update_steps=2)
     assert calls["n"] == 3 * 2
     assert [m["train/optimizer_steps"] for m in history] == [2.0, 4.0, 6.0]
 
 
 def test_ratio_is_one_at_first_update_for_every_sampler(tmp_path):
     model = tiny_model()
-    for sampler in ("cps_sde", "flowgrpo_sde", "dance_sde"):
+    for sampler in SDE_SAMPLERS:
         eta = 0.3 if sampler == "dance_sde" else 0.7
         _, history = run_inprocess(tmp_path / sampler, model=model, max_steps=2, atrain_sde_sampler=sampler,
                                    sde_eta=eta, atrain_micro_batch_size=4)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from deepgen_rl.rl.losses import KL_TYPES
 from deepgen_rl.trainer import grpo_trainer
 from tests.trainer.helpers import run_inprocess, tiny_model
 
@@ -14,7 +15,7 @@ def _dit_changed(model, trainer) -> bool:
     return any(not torch.equal(a, b) for a, b in zip(model, trainer.dit_module.parameters()))
 
 
-@pytest.mark.parametrize("kl_type", ["v-based", "x-based"])
+@pytest.mark.parametrize("kl_type", KL_TYPES)
 def test_kl_is_zero_before_the_first_update_and_positive_after(tmp_path, kl_type):
     _, history = run_inprocess(tmp_path, max_steps=2, beta=0.01, atrain_kl_type=kl_type, atrain_micro_batch_size=4)
     assert history[0]["train/kl"] == 0.0  # θ = reference exactly until the first optimizer step

@@ -38,6 +38,24 @@ def fused_layer_indices(num_layers: int, stride: int = FUSION_STRIDE) -> list[in
     return indices
 
 
+def guided_velocity(model, latents: torch.Tensor, sigma: torch.Tensor, cond: Conditioning,
+                    uncond: Conditioning | None = None, cfg_scale: float = 0.0,
+                    transformer: nn.Module | None = None) -> torch.Tensor:
+    """Classifier-free guidance on :meth:`DeepGen.predict_velocity` (rollout, training and evaluation all call this):
+    v = v_c (cfg_scale <= 1 or no uncond) or v_u + s (v_c - v_u), both branches in ONE batched DiT forward.
+
+    latents (B, 16, h, w), sigma (B,); ``cond`` is the per-image Conditioning (B rows); ``uncond`` a Conditioning
+    with one row (broadcast) or B rows. ``model`` is anything with ``predict_velocity`` (a DeepGen, a test double).
+    """
+    if uncond is None or cfg_scale <= 1.0:
+        return model.predict_velocity(latents, sigma, cond, transformer=transformer)
+    b = latents.shape[0]
+    both = type(cond).cat([cond, uncond.repeat_interleave(b) if len(uncond) == 1 else uncond])
+    v = model.predict_velocity(torch.cat([latents, latents]), torch.cat([sigma, sigma]), both, transformer=transformer)
+    v_c, v_u = v[:b], v[b:]
+    return v_u + cfg_scale * (v_c - v_u)
+
+
 class DeepGen(nn.Module):
     """Text-to-image DeepGen model with batch-invariant prompt conditioning.
 

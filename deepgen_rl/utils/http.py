@@ -1,6 +1,8 @@
-"""Shared client plumbing for service-backed rewards: image encoding and a bounded-retry JSON POST.
+"""Shared HTTP client plumbing: image encoding and a bounded-retry JSON POST (httpx only: no torch, so the
+standalone UniGenBench judge can use it).
 
-Retry policy (one place, used by every client): retry only on transport errors (connection refused/reset, timeouts),
+Retry policy (one place, used by every client: the OCR / remote / VLM / UnifiedReward rewards and the UniGenBench
+judge): retry only on transport errors (connection refused/reset, timeouts),
 HTTP 429 and HTTP 5xx, at most ``max_retries`` times, sleeping ``min(backoff_s * 2**attempt, max_backoff_s)`` (or the
 server's ``Retry-After`` in seconds on 429, capped the same way, when it is a finite number >= 0; a missing, negative,
 NaN, infinite or non-numeric ``Retry-After`` falls back to the backoff). Any other status (4xx) fails at once:
