@@ -9,59 +9,16 @@ from __future__ import annotations
 
 import argparse
 import html
-import json
 import os
 from pathlib import Path
 
 import torch
 
 from deepgen_rl.checkpoints.rl_format import latest_checkpoint
-from deepgen_rl.trainer.visuals import make_grid
+from deepgen_rl.trainer.visuals import make_grid, plot_reward_curve, read_metrics
 
 DEFAULT_PROMPTS = ["A red apple on a wooden table", "A shop sign that says \"OPEN\"",
                    "A cat sleeping on a blue sofa", "A poster with the word \"HELLO\" in bold letters"]
-
-
-def read_metrics(output_dir: Path) -> list[dict]:
-    path = output_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: did the training run write any step?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def plot_reward_curve(metrics: list[dict], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [m.get("step", i + 1) for i, m in enumerate(metrics)]
-    # panel 1: the weighted total per dataset (datasets weight different rewards, so their totals differ in scale
-    # and a mixed per-step total jumps with the prompt mix); then one panel per reward component
-    datasets = sorted({k for m in metrics for k in m if k.startswith("reward_by_dataset/")})
-    rewards = sorted(k for k in metrics[0] if k.startswith("reward/") and k != "reward/total")
-    panels = [("weighted total by dataset", datasets or ["reward/total"])] + [(k, [k]) for k in rewards]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    for ax, (title, keys) in zip(axes[0], panels):
-        for key in keys:
-            pts = [(s, m[key]) for s, m in zip(steps, metrics) if key in m and m[key] == m[key]]
-            if not pts:
-                continue
-            xs, ys = zip(*pts)
-            k = max(1, len(ys) // 8)
-            smooth = [sum(ys[max(0, i - k + 1): i + 1]) / len(ys[max(0, i - k + 1): i + 1]) for i in range(len(ys))]
-            label = key.split("/", 1)[1]
-            line, = ax.plot(xs, ys, marker=".", lw=0.8, alpha=0.6, label=f"{label} (per step)")
-            ax.plot(xs, smooth, lw=2, color=line.get_color(), label=f"{label} (mean of last {k})")
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 @torch.no_grad()
