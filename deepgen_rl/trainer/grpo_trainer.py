@@ -544,7 +544,7 @@ class DeepGenGRPOTrainer(Trainer):
             parts["scheduler.pt"] = self.lr_scheduler
         if self.ema is not None:  # the EMA of the fp32 masters: each rank's fragments, full tensors in the file
             parts[EMA_DIT_FILE] = Part(lambda: self.ema.full_state_dict(rank=0, device=self.device),
-                                       self.ema.load_full_state_dict, collective=True,
+                                       lambda state: self.ema.load_full_state_dict(state), collective=True,
                                        missing_message="has no EMA weights but --ema_decay > 0")
         parts["rng_state.pt"] = RngState()
         parts["sampler_state.json"] = self.sampler

@@ -54,8 +54,10 @@ class Server:
                 self.send_response(206 if start else 200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                # counted before writing: the client may finish reading (and the test assert) before this thread
+                # runs another line after the write
                 server.sent[self.path] += len(body)
+                self.wfile.write(body)
 
             def log_message(self, *args):
                 pass
