@@ -1,4 +1,4 @@
-"""README's first command, shortened: bash scripts/quickstart.sh with QUICKSTART_STEPS=2 on the toy world."""
+"""README's first command, shortened: bash scripts/quickstart.sh with QUICKSTART_STEPS=3."""
 
 from __future__ import annotations
 
@@ -15,31 +15,28 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_quickstart_short(tmp_path):
-    from deepgen_rl.toy.model import ensure_toy_deepgen, toy_dir
-
-    ensure_toy_deepgen(progress=False)  # built once per cache (shared with tests/toy), not timed here
     out = tmp_path / "qs"
-    env = {**os.environ, "QUICKSTART_STEPS": "2", "QUICKSTART_EVAL_EVERY": "2", "QUICKSTART_OUTPUT_DIR": str(out),
-           "OMP_NUM_THREADS": "1", "DEEPGEN_TOY_DIR": toy_dir()}
+    env = {**os.environ, "QUICKSTART_STEPS": "3", "QUICKSTART_OUTPUT_DIR": str(out), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "toy DeepGen ready" in proc.stdout
-    assert any(line.split()[:2] == ["toy_heldout", "strict_acc"] for line in proc.stdout.splitlines())
-    for name in ("reward_curve.png", "accuracy_curve.png", "samples_before_after.png"):
+    assert "OCR service stopped" in proc.stdout
+    for name in ("reward_curve.png", "samples_before_after.png"):
         with Image.open(out / name) as im:
             im.verify()
     with Image.open(out / "samples_before_after.png") as im:
-        assert im.size[0] == 12 * 160  # 12 held-out prompts, before and after
+        assert im.size[0] >= 4 * 160
     report = (out / "report.html").read_text()
-    for needle in ("samples_before_after.png", "accuracy_curve.png", "reward_curve.png", "claim_acc/position",
-                   "eval/step_0/toy.html", "eval/step_2/toy.html"):
-        assert needle in report
-    assert (out / "checkpoint-2" / "checkpoint_meta.json").is_file()
+    assert "reward_curve.png" in report and "samples_before_after.png" in report
+    assert (out / "checkpoint-3" / "checkpoint_meta.json").is_file()
+    assert (out / "eval" / "step_3" / "index.html").is_file()  # the one evaluation pass
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 2 and all(0.0 <= m["reward/toy_compositional"] <= 1.0 for m in metrics)
-    for step in (0, 2):
-        summary = json.loads((out / "eval" / f"step_{step}" / "toy_summary.json").read_text())
-        assert summary["toy_heldout"]["num_images"] == 128 and summary["toy_train"]["num_images"] == 64
-    verdicts = (out / "eval" / "step_2" / "toy_verdicts.jsonl").read_text().splitlines()
-    assert len(verdicts) == 192 and all("verdict" in json.loads(v) for v in verdicts)
+    assert len(metrics) == 3
+    # the OCR service was really asked about the text prompts and answered (the demo mixture weights OCR on them;
+    # with the quickstart's seed 0 the third step draws the text prompts)
+    calls = sum(m["reward_calls/ocr"] for m in metrics)
+    failures = sum(m["reward_failures/ocr"] for m in metrics)
+    assert calls > 0 and failures < calls
+    scored = [m["reward/ocr"] for m in metrics if m["reward/ocr"] == m["reward/ocr"]]
+    assert scored and all(0.0 <= x <= 1.0 for x in scored)
+    assert all(0.0 <= m["reward/brightness"] <= 1.0 for m in metrics)
