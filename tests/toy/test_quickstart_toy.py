@@ -1,0 +1,48 @@
+"""The toy-world quickstart, shortened: bash scripts/quickstart_toy.sh with QUICKSTART_STEPS=2.
+
+Needs the pre-trained toy DeepGen (about 13 CPU-minutes to build): runs only with DEEPGEN_TOY_TESTS=1
+(tests/toy/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_toy_quickstart_short(tmp_path, toy_model_paths):
+    from deepgen_rl.toy.model import toy_dir
+
+    out = tmp_path / "qs"
+    env = {**os.environ, "QUICKSTART_STEPS": "2", "QUICKSTART_EVAL_EVERY": "2", "QUICKSTART_OUTPUT_DIR": str(out),
+           "OMP_NUM_THREADS": "1", "DEEPGEN_TOY_DIR": toy_dir()}
+    proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart_toy.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "toy DeepGen ready" in proc.stdout
+    assert any(line.split()[:2] == ["toy_heldout", "strict_acc"] for line in proc.stdout.splitlines())
+    for name in ("reward_curve.png", "accuracy_curve.png", "samples_before_after.png"):
+        with Image.open(out / name) as im:
+            im.verify()
+    with Image.open(out / "samples_before_after.png") as im:
+        assert im.size[0] == 12 * 160  # 12 held-out prompts, before and after
+    report = (out / "report.html").read_text()
+    for needle in ("samples_before_after.png", "accuracy_curve.png", "reward_curve.png", "claim_acc/position",
+                   "eval/step_0/toy.html", "eval/step_2/toy.html"):
+        assert needle in report
+    assert (out / "checkpoint-2" / "checkpoint_meta.json").is_file()
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2 and all(0.0 <= m["reward/toy_compositional"] <= 1.0 for m in metrics)
+    for step in (0, 2):
+        summary = json.loads((out / "eval" / f"step_{step}" / "toy_summary.json").read_text())
+        assert summary["toy_heldout"]["num_images"] == 128 and summary["toy_train"]["num_images"] == 64
+    verdicts = (out / "eval" / "step_2" / "toy_verdicts.jsonl").read_text().splitlines()
+    assert len(verdicts) == 192 and all("verdict" in json.loads(v) for v in verdicts)
