@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from deepgen_rl.checkpoints.rl_format import latest_checkpoint
-from deepgen_rl.trainer.visuals import make_grid, plot_reward_curve, read_metrics
+from deepgen_rl.trainer.visuals import make_grid, plot_reward_curve, read_metrics, step_time_html
 
 DEFAULT_PROMPTS = ["A red apple on a wooden table", "A shop sign that says \"OPEN\"",
                    "A cat sleeping on a blue sofa", "A poster with the word \"HELLO\" in bold letters"]
@@ -77,9 +77,7 @@ per-dataset totals and the per-reward rows show the learning.</p>
 <h2>Reward curve</h2><img src="reward_curve.png" alt="reward curve">
 <h2>Samples before and after training (same noise)</h2><img src="samples_before_after.png" alt="samples">
 <h2>Evaluation pages</h2><ul>{eval_links}</ul>
-<p>Step time (last step): {last.get("time/step_s", float("nan")):.2f} s;
-rollout {last.get("time/rollout_s", float("nan")):.2f} s, reward wait {last.get("time/reward_wait_s", float("nan")):.2f} s,
-update {last.get("time/update_s", float("nan")):.2f} s.</p>
+{step_time_html(last)}
 </body></html>"""
     path = output_dir / "report.html"
     path.write_text(page, encoding="utf-8")

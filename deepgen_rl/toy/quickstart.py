@@ -18,7 +18,7 @@ import html
 from pathlib import Path
 
 from deepgen_rl.checkpoints.rl_format import latest_checkpoint
-from deepgen_rl.trainer.visuals import make_grid, plot_reward_curve, read_metrics
+from deepgen_rl.trainer.visuals import make_grid, plot_reward_curve, read_metrics, step_time_html
 
 HELDOUT = "toy_heldout"  # the eval dataset of assets/rl_datasets/toy/eval/eval_toy.yaml shown in the report
 
@@ -142,9 +142,7 @@ on), ODE sampling with the same noise at every eval step. Checkpoint:
 <table><tr><th>dataset</th><th>metric</th><th>before</th><th>after</th></tr>{rows}</table>
 <h2>Reward curves</h2><img src="reward_curve.png" alt="reward curve">
 <h2>Every eval image with its verdict</h2><ul>{toy_pages}</ul>
-<p>Step time (last step): {last.get("time/step_s", float("nan")):.2f} s;
-rollout {last.get("time/rollout_s", float("nan")):.2f} s, reward wait {last.get("time/reward_wait_s", float("nan")):.2f} s,
-update {last.get("time/update_s", float("nan")):.2f} s.</p>
+{step_time_html(last)}
 </body></html>"""
     path = output_dir / "report.html"
     path.write_text(page, encoding="utf-8")

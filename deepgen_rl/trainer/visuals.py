@@ -100,3 +100,12 @@ def plot_reward_curve(metrics: list[dict], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def step_time_html(last: dict) -> str:
+    """One report paragraph: the last step's time and its rollout / reward-wait / update parts (``time/*`` metrics)."""
+    def t(key):
+        return f"{last.get(key, float('nan')):.2f}"
+
+    return (f"<p>Step time (last step): {t('time/step_s')} s;\nrollout {t('time/rollout_s')} s, reward wait "
+            f"{t('time/reward_wait_s')} s,\nupdate {t('time/update_s')} s.</p>")
