@@ -48,7 +48,7 @@ def worker(opts) -> None:
         torch.manual_seed(0)
         module = torch.nn.Sequential(*[torch.nn.Linear(opts.width, opts.width) for _ in range(opts.layers)])
         opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
-        ds_cfg = build_deepspeed_config(cfg, Args(), world)
+        ds_cfg = build_deepspeed_config(cfg, Args(), world, gloo=True)
         engine, *_ = deepspeed.initialize(model=module, optimizer=opt, config=ds_cfg, dist_init_required=False)
         part = PartitionedEMA(module, engine)
         full = {n: t.clone() for n, t in fp32_master_params(module, engine)}

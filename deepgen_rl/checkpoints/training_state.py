@@ -174,8 +174,6 @@ def save_training_checkpoint(view: TrainingStateView, output_dir: str | os.PathL
     dist.barrier()
     if view.engine is not None:
         view.engine.save_checkpoint(str(tmp / "deepspeed"), tag=f"global_step{step}")
-        if view.zero_stage == 3:  # no parameter left fetched or in flight from the last forward before we gather
-            view.engine.empty_partition_cache()
     masters = fp32_master_state_dict(view.dit, view.engine)  # every rank: ZeRO gathers the fp32 masters
     with gathered_params(view.dit, view.zero_stage):
         if rank == 0:

@@ -8,7 +8,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 
-def build_deepspeed_config(config, args, world_size: int, hidden_size: int | None = None) -> dict:
+def build_deepspeed_config(config, args, world_size: int, hidden_size: int | None = None, *,
+                           gloo: bool = False) -> dict:
     """Load ``config`` (path or dict) and fill every "auto" from ``args``.
 
     ``hidden_size`` (the DiT's width, heads × head_dim) sets ``stage3_param_persistence_threshold: "auto"`` to
@@ -20,6 +21,12 @@ def build_deepspeed_config(config, args, world_size: int, hidden_size: int | Non
     whole rollout batch when it reaches ``engine.backward``. Gradient clipping = ``--max_grad_norm``; bf16/fp16
     follow ``--bf16`` / ``--fp16``. The optimizer and LR scheduler come from the HF trainer (``--learning_rate``,
     ``--lr_scheduler_type`` ...) unless the JSON defines its own.
+
+    ``gloo`` (the process group runs on gloo, i.e. CPU): ZeRO-3 gathers parameters one at a time
+    (``stage3_allgather_sequential``). DeepSpeed 0.19.6's coalesced gather starts one async all-gather per parameter
+    and waits only for the last handle; gloo runs them on a thread pool in no set order, so a parameter could be read
+    before its data arrived (seen: one rank's gathered weights were uninitialised memory). NCCL orders them on one
+    stream, so GPU runs keep the coalesced gather. A value the JSON sets itself is kept.
     """
     if isinstance(config, (str, Path)):
         path = Path(config)
@@ -37,6 +44,9 @@ def build_deepspeed_config(config, args, world_size: int, hidden_size: int | Non
         section = cfg.setdefault(key, {})
         if section.get("enabled", "auto") == "auto":
             section["enabled"] = flag
+    zero = cfg.get("zero_optimization", {})
+    if gloo and int(zero.get("stage", 0)) == 3:
+        zero.setdefault("stage3_allgather_sequential", True)
     cfg["zero_allow_untested_optimizer"] = True
     cfg.setdefault("steps_per_print", 10**9)
     cfg.setdefault("wall_clock_breakdown", False)

@@ -137,7 +137,8 @@ class DeepGenGRPOTrainer(Trainer):
             if not dist.is_dist():
                 deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
             ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world,
-                                               hidden_size=dit_hidden_size(dit))
+                                               hidden_size=dit_hidden_size(dit),
+                                               gloo=torch.distributed.get_backend() == "gloo")
             problem = cpu_adam_problem(ds_config)
             if problem:
                 raise RuntimeError(f"--deepspeed {args.deepspeed_config}: {problem}")

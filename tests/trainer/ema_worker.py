@@ -49,7 +49,7 @@ def ds_config(case: str) -> dict:
     if base == "zero3_all":
         cfg["zero_optimization"].update({"stage3_param_persistence_threshold": 0, "reduce_bucket_size": 1000,
                                          "stage3_prefetch_bucket_size": 1000})
-    return build_deepspeed_config(cfg, Args(case.endswith("_bf16")), torch.distributed.get_world_size())
+    return build_deepspeed_config(cfg, Args(case.endswith("_bf16")), torch.distributed.get_world_size(), gloo=True)
 
 
 def full_masters(module, engine) -> dict:
