@@ -25,7 +25,7 @@ DEFAULT_PROMPTS = ["A red apple on a wooden table", "A shop sign that says \"OPE
 def sample_images(model, prompts: list[str], *, steps: int, height: int, width: int, seed: int):
     """Deterministic ODE (Euler) samples, one per prompt, from the same noise for every model."""
     from deepgen_rl.evaluation.generate import sample_latents
-    from deepgen_rl.rollout import latents_to_pil
+    from deepgen_rl.utils.images import latents_to_pil
     from deepgen_rl.utils.seeding import make_generator
 
     shape = model.latent_shape(height, width)

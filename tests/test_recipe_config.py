@@ -12,7 +12,8 @@ from deepgen_rl.grpo_deepgen import SetupError, parse_args
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs/train/deepgen_rl.yaml"
 
-# The recipe (the original DeepGen-RL code's defaults; ../shared/DESIGN.md section 3), written out independently
+# The recipe (the original DeepGen-RL code's defaults, docs/recipe.md "Flags of grpo_deepgen.py"), written out
+# independently
 RECIPE_VALUES = {
     "learning_rate": 2e-6, "rollout_n": 8, "rollout_micro_batch_size": 32, "atrain_micro_batch_size": 32,
     "atrain_sde_sampler": "cps_sde", "atrain_adv_type": "gdpo", "beta": 5e-7, "atrain_kl_type": "v-based",
