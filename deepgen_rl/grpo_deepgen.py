@@ -91,8 +91,10 @@ def _resume_arg(args):
 
 
 def preflight(model_args, data_args, args) -> None:
-    """Every check that does not need the model, in seconds: files, YAMLs, prompt files, rewards, batch layout and
-    OUTPUT_DIR. Raises with a message naming the flag or file."""
+    """Every check that does not need the model, in seconds: files, YAMLs, prompt files, rewards, batch layout, the
+    DeepSpeed JSON (and, for an optimizer-offload config on a GPU node, whether DeepSpeed's CPU Adam can be built:
+    :func:`deepgen_rl.trainer.deepspeed_utils.cpu_adam_problem`) and OUTPUT_DIR. Raises with a message naming the
+    flag or file."""
     from deepgen_rl.checkpoints.training_state import check_output_dir
     from deepgen_rl.data.prompts import load_train_config
     from deepgen_rl.rewards import available_rewards
@@ -130,13 +132,23 @@ def preflight(model_args, data_args, args) -> None:
             data_args.sftaux_dataset_config):
         raise SetupError(f"--sftaux_dataset_config {data_args.sftaux_dataset_config}: file not found "
                          "(SFTAUX_DATASET_CONFIG in train.sh; empty disables the SFT term)")
-    if args.deepspeed_config and isinstance(args.deepspeed_config, str):
-        try:
-            json.loads(Path(args.deepspeed_config).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise SetupError(f"--deepspeed {args.deepspeed_config}: {e.strerror or e}") from None
-        except json.JSONDecodeError as e:
-            raise SetupError(f"--deepspeed {args.deepspeed_config}: not valid JSON ({e})") from None
+    if args.deepspeed_config:
+        if isinstance(args.deepspeed_config, str):
+            try:
+                ds_config = json.loads(Path(args.deepspeed_config).read_text(encoding="utf-8"))
+            except OSError as e:
+                raise SetupError(f"--deepspeed {args.deepspeed_config}: {e.strerror or e}") from None
+            except json.JSONDecodeError as e:
+                raise SetupError(f"--deepspeed {args.deepspeed_config}: not valid JSON ({e})") from None
+        else:
+            ds_config = dict(args.deepspeed_config)
+        from deepgen_rl.trainer.deepspeed_utils import cpu_adam_problem
+
+        # ZeRO-Offload's CPU Adam is JIT-built on a GPU node: a missing toolkit would otherwise surface only after
+        # the model is built and DeepSpeed starts compiling
+        problem = cpu_adam_problem(ds_config) if isinstance(ds_config, dict) else None
+        if problem:
+            raise SetupError(f"--deepspeed {args.deepspeed_config}: {problem} (DEEPSPEED_CONFIG in train.sh)")
     if int(os.environ.get("RANK", 0)) == 0:
         check_output_dir(args.output_dir, _resume_arg(args), args.overwrite_output_dir)
         if args.resume_from_checkpoint:  # an explicit checkpoint must be whole: say so before the model loads

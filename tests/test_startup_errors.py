@@ -74,8 +74,15 @@ def test_setup_error_is_one_line_before_the_model_is_built(case, tmp_path, monke
     assert named in err[0], err[0]
 
 
+# Time from launch to the error line, measured on a 2-core CPU machine shared with other jobs (load 2.3-3.4): 10.1,
+# 10.7 and 18.8 s, of which importing the entry module (torch, transformers, peft via trl) alone took 10.7-11.3 s; the
+# model is never built. The bound is ~4x the typical 10-11 s, a margin for slower CI machines, not a benchmark.
+TIME_TO_ERROR_BOUND_S = 45.0
+
+
 def test_time_to_error_line_in_a_fresh_process(tmp_path):
-    """A missing eval YAML is reported in a fresh process without loading the model: one line, no traceback."""
+    """A missing eval YAML is reported in a fresh process without loading the model: one line, no traceback, within
+    TIME_TO_ERROR_BOUND_S (about the cost of importing torch and transformers)."""
     argv = BASE + ["--dataset_config", DEMO_PROGRAMMATIC, "--output_dir", str(tmp_path / "out"),
                    "--eval_dataset_config", str(tmp_path / "eval_missing.yaml"), "--eval_freq", "1"]
     t0 = time.monotonic()
@@ -88,3 +95,41 @@ def test_time_to_error_line_in_a_fresh_process(tmp_path):
     assert len(err) == 1 and err[0].startswith("deepgen_rl: error: --eval_dataset_config"), proc.stderr
     assert "eval_missing.yaml" in err[0]
     assert "loaded" not in proc.stderr  # no checkpoint was loaded: the model was never built
+    assert elapsed < TIME_TO_ERROR_BOUND_S, f"{elapsed:.1f} s to the error line (bound {TIME_TO_ERROR_BOUND_S} s)"
+
+
+def test_offload_without_a_buildable_cpu_adam_fails_before_the_model_is_built(tmp_path, monkeypatch, capfd):
+    """zero3_offload on a GPU node whose DeepSpeed lacks a prebuilt CPU Adam and whose CUDA toolkit is missing (the
+    conditions mocked as in tests/trainer/test_gpu_checks.py): one line naming --deepspeed and CUDA_HOME, from the
+    entry point's pre-build check, not after the model is built (issue 18, item 9)."""
+    import deepspeed.git_version_info as gvi
+    import torch
+    from torch.utils import cpp_extension
+
+    import deepgen_rl.grpo_deepgen as entry
+    import deepgen_rl.models as models
+
+    offload = str(ROOT / "scripts/deepspeed/zero3_offload.json")
+    argv = BASE + ["--dataset_config", DEMO_PROGRAMMATIC, "--output_dir", str(tmp_path / "out"), "--deepspeed", offload]
+    parsed = {"offload": entry.parse_args(argv),  # parsed on the real (CPU) machine: TrainingArguments would
+              "zero2": entry.parse_args(argv[:-1] + [str(ROOT / "scripts/deepspeed/zero2.json")])}  # pick a GPU
+    built = []
+    monkeypatch.setattr(models, "build_model", lambda *a, **k: built.append(1))
+    monkeypatch.setattr(entry, "parse_args", lambda argv: parsed["offload"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(gvi, "installed_ops", {"cpu_adam": False})
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    monkeypatch.delenv("DEEPGEN_DEBUG", raising=False)
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as e:
+        entry.main(argv)
+    err = [x for x in capfd.readouterr().err.splitlines() if x.strip() and "WANDB" not in x]
+    assert e.value.code == 2 and built == []
+    assert len(err) == 1 and err[0].startswith(f"deepgen_rl: error: --deepspeed {offload}: "), err
+    assert "CUDA_HOME is unset" in err[0] and "DS_BUILD_CPU_ADAM=1" in err[0]
+
+    # the same machine with the op prebuilt, or a config without optimizer offload, passes the check
+    entry.preflight(*parsed["zero2"])
+    monkeypatch.setattr(gvi, "installed_ops", {"cpu_adam": True})
+    entry.preflight(*parsed["offload"])
