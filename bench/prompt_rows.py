@@ -34,6 +34,8 @@ PRETOKEN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s
             r"|\s+(?!\S)|\s+")
 TEMPLATE_TOKENS = 13  # <|im_start|> user \n Generate ␣an ␣image : … <|im_end|> \n <|im_start|> assistant \n
 UPPER_FACTOR = 1.5
+# NEW_LIMIT is the real model config's max_prompt_tokens (= DEFAULT_MAX_PROMPT_TOKENS, deepgen_rl/models/deepgen/
+# model.py), a literal so that importing this file loads no torch; tests/models/test_prompt_limit.py keeps them equal
 OLD_LIMIT, NEW_LIMIT, OLD_ROWS, QUERIES = 256, 1024, 256 + 128, 128
 TRAIN_FILES = {  # the recipe's YAML: file -> sample_weight
     "unigenbench_train_data_ocr.txt": 3.0, "qwenimage_textrender.txt": 3.0, "text_render_less.txt": 3.0,

@@ -14,7 +14,7 @@ import torch
 
 from .deepgen.connector import ConnectorConfig
 from .deepgen.lora import apply_vlm_lora
-from .deepgen.model import PROMPT_TEMPLATE, DeepGen
+from .deepgen.model import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_TEMPLATE, DeepGen
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def build_from_config(cfg: Mapping[str, Any]) -> DeepGen:
             lmm=lmm, tokenizer=tokenizer, transformer=transformer, vae=vae, scheduler=scheduler,
             connector_config=ConnectorConfig(**cfg.get("connector", {})),
             num_queries=int(cfg.get("num_queries", 128)),
-            max_prompt_tokens=int(cfg.get("max_prompt_tokens", 256)),
+            max_prompt_tokens=int(cfg.get("max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS)),
             prompt_template=cfg.get("prompt_template", PROMPT_TEMPLATE),
         )
     for module in (model.connector, model.projector_1, model.projector_2, model.projector_3):

@@ -2,6 +2,7 @@
 
 from .conditioning import Conditioning
 from .connector import Connector, ConnectorConfig
-from .model import PROMPT_TEMPLATE, DeepGen, fused_layer_indices
+from .model import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_TEMPLATE, DeepGen, fused_layer_indices
 
-__all__ = ["Conditioning", "Connector", "ConnectorConfig", "DeepGen", "PROMPT_TEMPLATE", "fused_layer_indices"]
+__all__ = ["Conditioning", "Connector", "ConnectorConfig", "DEFAULT_MAX_PROMPT_TOKENS", "DeepGen", "PROMPT_TEMPLATE",
+           "fused_layer_indices"]

@@ -23,6 +23,11 @@ PROMPT_TEMPLATE = "<|im_start|>user\nGenerate an image: {prompt}<|im_end|>\n<|im
 # Everything from the end of the user's prompt on; kept intact when a long prompt is truncated.
 _TEMPLATE_SUFFIX_MARKER = "{prompt}"
 FUSION_STRIDE = 6
+# Text tokens per prompt (template included) before a prompt is truncated: the one home of this default, used by
+# ``DeepGen`` and by ``build_from_config`` when a model config omits ``max_prompt_tokens``. 1024 fits every prompt of
+# the recipe's measured files with a margin (docs/recipe.md, "Model: prompt length"; bench/prompt_rows.py NEW_LIMIT;
+# tests/models/test_prompt_limit.py ties the three together).
+DEFAULT_MAX_PROMPT_TOKENS = 1024
 
 
 def fused_layer_indices(num_layers: int, stride: int = FUSION_STRIDE) -> list[int]:
@@ -88,7 +93,7 @@ class DeepGen(nn.Module):
         scheduler,
         connector_config: ConnectorConfig,
         num_queries: int = 128,
-        max_prompt_tokens: int = 1024,
+        max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
         prompt_template: str = PROMPT_TEMPLATE,
     ):
         super().__init__()
