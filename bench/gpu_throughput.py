@@ -15,7 +15,7 @@ projectors. The Qwen2.5-VL-3B VLM is NOT run: its fused hidden states are random
 (U, 256 + 128 tokens, 6 x 2048), so the conditioning the DiT sees has the real shape (B, 384, 4096) + (B, 2048).
 Measured, with ``torch.cuda.synchronize`` around each timed call, medians over ``--iters`` after ``--warmup``:
 
-  rollout step   one DiT forward (batch ``--batch``, no grad) + ``sde_step`` (cps_sde), as in ``rollout()``
+  rollout step   one DiT forward (batch ``--batch``, no grad) + ``sde_step(DEFAULT_SDE_SAMPLER)``, as in ``rollout()``
   decode         VAE decode of ``--batch`` latents
   rollout img/s  batch / (T x rollout step + decode)   (T = ``--num-inference-steps``; encoding is once per prompt)
   train piece    what the trainer runs per trained (micro-batch, timestep): one DiT forward through the DeepSpeed
@@ -254,7 +254,7 @@ def main(argv=None) -> int:
     from diffusers import AutoencoderKL, SD3Transformer2DModel
 
     from deepgen_rl.models.deepgen.connector import Connector, ConnectorConfig
-    from deepgen_rl.rl.samplers import make_sigmas, sde_step
+    from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, make_sigmas, sde_step
 
     cfg = FULL if args.config == "full" else TINY
     if args.flops_only:
@@ -320,7 +320,7 @@ def main(argv=None) -> int:
     def rollout_step():
         with torch.no_grad():
             v = velocity(x, sig, prompt_embeds, pooled)
-            return sde_step("cps_sde", v, x, sig, sig_next, 0.7).prev_sample
+            return sde_step(DEFAULT_SDE_SAMPLER, v, x, sig, sig_next, 0.7).prev_sample
 
     xt = torch.randn(Bt, 16, hw, hw, device=device)
     xt_next = rollout_step()[:Bt] if Bt <= B else torch.randn_like(xt)
@@ -341,8 +341,8 @@ def main(argv=None) -> int:
         v = velocity(xt, sig, pe_t, po_t, trained)
         with torch.no_grad():
             v_ref = velocity(xt, sig, pe_t, po_t, ref_dit)
-            ref_mean = sde_step("cps_sde", v_ref, xt, sig, sig_next, 0.7, prev_sample=xt_next).mean
-        out = sde_step("cps_sde", v, xt, sig, sig_next, 0.7, prev_sample=xt_next)
+            ref_mean = sde_step(DEFAULT_SDE_SAMPLER, v_ref, xt, sig, sig_next, 0.7, prev_sample=xt_next).mean
+        out = sde_step(DEFAULT_SDE_SAMPLER, v, xt, sig, sig_next, 0.7, prev_sample=xt_next)
         kl = ((out.mean - ref_mean) ** 2).flatten(1).mean(1)
         backward((-(adv * torch.exp(out.log_prob - old_lp)) + 5e-7 * kl).mean(), boundary)
 

@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     import torch
 
     from deepgen_rl.models import build_model
-    from deepgen_rl.rl.samplers import make_sigmas
+    from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, make_sigmas
     from deepgen_rl.rollout import rollout
 
     model = build_model(TINY_CONFIG, tiny_preset=args.preset)
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     for size, T in args.configs:
         batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch,
                         sigmas=make_sigmas(T, model.scheduler_shift), stochastic=torch.ones(T, dtype=torch.bool),
-                        sampler="cps_sde", eta=0.7, height=size, width=size, seed=0, step=0, rank=0)
+                        sampler=DEFAULT_SDE_SAMPLER, eta=0.7, height=size, width=size, seed=0, step=0, rank=0)
         n = len(batch)
         c, h, w = model.latent_shape(size, size)
         bound = (T + 1) * c * h * w * 4
@@ -98,7 +98,8 @@ def main(argv=None) -> int:
 
     print(f"\nRollout trajectory memory: preset {args.preset!r}, {args.images} images per rollout "
           f"({args.images // args.rollout_n} prompts x {args.rollout_n}), micro-batch {args.micro_batch}, "
-          f"sampler cps_sde, storage on CPU; bound = (T+1) x C x h x w x 4 bytes (fp32 latents); {load_note()}")
+          f"sampler {DEFAULT_SDE_SAMPLER}, storage on CPU; bound = (T+1) x C x h x w x 4 bytes (fp32 latents); "
+          f"{load_note()}")
     print_table("bytes per image", ["image", "T", "latent", "dtype", "latents B", "log_probs B", "bound B",
                                     "latents/bound", "total/bound", "PIL image B"], rows,
                 ["", "", "", "", "", "", "", ".4f", ".4f", ""])

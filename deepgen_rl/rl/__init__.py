@@ -1,6 +1,6 @@
 """Flow-matching RL math: samplers (one step + schedules), advantages, losses. Pure functions, fp32 math."""
 
-from deepgen_rl.rl.advantages import ADV_TYPES, AdvantageOutput, compute_advantages
+from deepgen_rl.rl.advantages import ADV_TYPES, GROUP_BASELINE_ADV_TYPES, AdvantageOutput, compute_advantages
 from deepgen_rl.rl.losses import (
     KL_TYPES,
     advantages_to_nft_reward,
@@ -27,6 +27,7 @@ from deepgen_rl.rl.samplers import (
 __all__ = [
     "ADV_TYPES",
     "AdvantageOutput",
+    "GROUP_BASELINE_ADV_TYPES",
     "KL_TYPES",
     "LOG_PROB_FORMS",
     "SAMPLERS",

@@ -32,7 +32,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-ADV_TYPES = ("grpo", "grpo_global_std", "reinforcepp", "gdpo")
+# Each advantage type and where its baseline (mean) is taken: "group" = the prompt group, "batch" = the whole batch
+# (one group). The one list: config, tests and docs import ADV_TYPES.
+BASELINE_SCOPE = {"grpo": "group", "grpo_global_std": "group", "reinforcepp": "batch", "gdpo": "group"}
+ADV_TYPES = tuple(BASELINE_SCOPE)
+GROUP_BASELINE_ADV_TYPES = tuple(t for t in ADV_TYPES if BASELINE_SCOPE[t] == "group")
 
 
 @dataclass
@@ -132,7 +136,7 @@ def compute_advantages(
     else:
         complete = has_valid & ~missing.any(dim=1)
         total = wr.sum(dim=1)
-        if adv_type == "reinforcepp":
+        if BASELINE_SCOPE[adv_type] == "batch":
             seg, num_seg = torch.zeros_like(g), 1
         else:
             seg, num_seg = g, num_groups

@@ -3,7 +3,8 @@ import statistics
 import pytest
 import torch
 
-from deepgen_rl.rl import compute_advantages
+from deepgen_rl.rl import ADV_TYPES, GROUP_BASELINE_ADV_TYPES, compute_advantages
+from deepgen_rl.rl.advantages import BASELINE_SCOPE
 
 EPS = 1e-4
 
@@ -89,7 +90,7 @@ def test_gdpo_separates_reward_combinations_that_grpo_collapses():
     assert torch.equal(gdpo[1], gdpo[2])
 
 
-@pytest.mark.parametrize("adv_type", ["grpo", "grpo_global_std", "gdpo"])
+@pytest.mark.parametrize("adv_type", GROUP_BASELINE_ADV_TYPES)  # a batch-scope type has the batch as its one group
 def test_constant_reward_group_gives_zero(adv_type):
     rewards = _t([[0.3], [0.3], [0.3], [0.1], [0.9], [0.5]])
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
@@ -103,13 +104,23 @@ def test_constant_reward_group_gives_zero(adv_type):
     assert out.stats["zero_std_group_fraction"] == 0.5
 
 
+@pytest.mark.parametrize("adv_type", ADV_TYPES)
+def test_baseline_scope_decides_whether_a_constant_group_gets_zero(adv_type):
+    # group 0 is constant (0.3), group 1 is not: a group baseline gives group 0 exactly 0, a batch baseline does not
+    rewards = _t([[0.3], [0.3], [0.3], [0.1], [0.9], [0.5]])
+    out = compute_advantages(adv_type, rewards, torch.ones(6, 1), torch.tensor([0, 0, 0, 1, 1, 1]))
+    group_zero = bool((out.advantages[:3].abs() < 1e-6).all())
+    assert group_zero == (BASELINE_SCOPE[adv_type] == "group"), (adv_type, out.advantages.tolist())
+    assert (adv_type in GROUP_BASELINE_ADV_TYPES) == (BASELINE_SCOPE[adv_type] == "group")
+
+
 def test_reinforcepp_constant_batch_gives_zero():
     out = compute_advantages("reinforcepp", torch.full((5, 1), 0.3), torch.ones(5, 1), torch.arange(5))
     assert torch.equal(out.advantages, torch.zeros(5))
     assert out.stats["zero_std_group_fraction"] == 1.0
 
 
-@pytest.mark.parametrize("adv_type", ["grpo", "grpo_global_std", "reinforcepp", "gdpo"])
+@pytest.mark.parametrize("adv_type", ADV_TYPES)
 def test_invalid_reward_does_not_enter_statistics(adv_type):
     rewards = _t([[0.1], [0.7], [0.4], [123.0], [0.9], [0.2], [0.5]])
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 1])
@@ -161,7 +172,7 @@ def test_gdpo_failed_reward_equals_unweighted_reward():
                        failed.advantages)
 
 
-@pytest.mark.parametrize("adv_type", ["grpo", "gdpo"])
+@pytest.mark.parametrize("adv_type", GROUP_BASELINE_ADV_TYPES)
 def test_single_valid_member_group_gives_zero(adv_type):
     rewards = _t([[0.2], [0.8], [0.1], [0.9]])
     groups = torch.tensor([0, 0, 1, 1])
@@ -172,7 +183,7 @@ def test_single_valid_member_group_gives_zero(adv_type):
     assert out.advantages[2] < 0 < out.advantages[3]
 
 
-@pytest.mark.parametrize("adv_type", ["grpo", "grpo_global_std", "reinforcepp", "gdpo"])
+@pytest.mark.parametrize("adv_type", ADV_TYPES)
 def test_clamp_to_clip_max(adv_type):
     rewards = _t([[0.0]] * 7 + [[10.0]])
     out = compute_advantages(adv_type, rewards, torch.ones(8, 1), torch.zeros(8, dtype=torch.long), clip_max=2.0)
@@ -183,7 +194,7 @@ def test_clamp_to_clip_max(adv_type):
         "clamp_fraction"] == 0.0
 
 
-@pytest.mark.parametrize("adv_type", ["grpo", "grpo_global_std", "reinforcepp", "gdpo"])
+@pytest.mark.parametrize("adv_type", ADV_TYPES)
 def test_image_without_valid_weighted_reward_gets_zero_and_is_counted(adv_type):
     rewards = _t([[0.1, 0.5], [0.7, 0.2], [0.4, 0.9], [0.3, 0.3], [0.8, 0.6]])
     weights = _t([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0]])

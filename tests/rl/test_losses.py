@@ -5,6 +5,7 @@ from deepgen_rl.rl import (
     SDE_SAMPLERS,
     advantages_to_nft_reward,
     clipped_policy_loss,
+    default_log_prob_form,
     diffusionnft_loss,
     grpo_guard_log_ratio,
     grpo_guard_step_weight,
@@ -115,7 +116,7 @@ def test_grpo_guard_ratio_is_centred_and_step_scale_free(sampler):
     for sigma, sigma_next in [(0.9, 0.8), (0.3, 0.25)]:
         old = sde_step(sampler, v_old, x, sigma, sigma_next, eta=0.8, generator=g)
         new = sde_step(sampler, v_new, x, sigma, sigma_next, eta=0.8, prev_sample=old.prev_sample)
-        form = "squared_error" if sampler == "cps_sde" else "gaussian"
+        form = default_log_prob_form(sampler)
         guard = grpo_guard_log_ratio(new.log_prob, old.log_prob, new.mean, old.mean, old.std, log_prob_form=form)
         xi = (old.prev_sample - old.mean) / old.std.view(-1, 1, 1, 1)
         identity = ((new.mean - old.mean) * xi).flatten(1).mean(1)

@@ -6,6 +6,7 @@ import torch
 from deepgen_rl.rl import (
     SAMPLERS,
     SDE_SAMPLERS,
+    default_log_prob_form,
     make_sigmas,
     sde_step,
     sde_window,
@@ -82,7 +83,7 @@ def test_cps_last_step_is_deterministic(form):
     torch.testing.assert_close(a.prev_sample, x - 0.05 * v)  # == Euler to x̂0
 
 
-@pytest.mark.parametrize("sampler", ["flowgrpo_sde", "dance_sde"])
+@pytest.mark.parametrize("sampler", [s for s in SDE_SAMPLERS if default_log_prob_form(s) == "gaussian"])
 def test_gaussian_log_prob_matches_torch_normal(sampler):
     x, v = _inputs()
     sigma = torch.tensor([1.0, 0.6, 0.3])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from deepgen_rl.rl.advantages import ADV_TYPES
 from deepgen_rl.rl.losses import KL_TYPES
 from deepgen_rl.trainer import grpo_trainer
 from tests.trainer.helpers import run_inprocess, tiny_model
@@ -68,8 +69,30 @@ def test_cfg_in_rollout_and_update_is_consistent(tmp_path):
     assert [m["train/vlm_prompt_encodings"] for m in history] == [3.0, 3.0]  # 2 prompts + the empty prompt
 
 
-@pytest.mark.parametrize("adv_type", ["grpo", "grpo_global_std", "reinforcepp"])
-def test_other_advantage_types(tmp_path, adv_type):
+def _closed_form_advantages(adv_type, r, g):
+    """The advantages of a batch with one reward of weight 1, every value valid (docs/training.md#advantages)."""
+    eps = 1e-4
+
+    def standardise(x, groups):  # (x − group mean) / (group std + ε)
+        out = torch.empty_like(x)
+        for gid in groups.unique():
+            m = groups == gid
+            out[m] = (x[m] - x[m].mean()) / (x[m].std() + eps)
+        return out
+
+    if adv_type == "grpo":
+        return standardise(r, g)
+    if adv_type == "grpo_global_std":  # the group's mean, the batch's std
+        return torch.stack([r[i] - r[g == g[i]].mean() for i in range(len(r))]) / (r.std() + eps)
+    if adv_type == "reinforcepp":
+        return (r - r.mean()) / (r.std() + eps)
+    if adv_type == "gdpo":  # per-reward group standardisation, then the batch's
+        return standardise(standardise(r, g), torch.zeros_like(g))
+    pytest.fail(f"add a closed form for advantage type {adv_type!r} to this test")
+
+
+@pytest.mark.parametrize("adv_type", ADV_TYPES)
+def test_every_advantage_type_trains_on_its_closed_form(tmp_path, adv_type):
     trainer, history = run_inprocess(tmp_path, max_steps=1, atrain_adv_type=adv_type, save_rollout_records=True)
     import json
 
@@ -77,16 +100,7 @@ def test_other_advantage_types(tmp_path, adv_type):
     r = torch.tensor([x["rewards"]["brightness"] for x in recs], dtype=torch.float64)
     a = torch.tensor([x["advantage"] for x in recs], dtype=torch.float64)
     g = torch.tensor([x["group_id"] for x in recs])
-    # closed forms on this batch (one reward of weight 1, all valid)
-    if adv_type == "reinforcepp":
-        expected = (r - r.mean()) / (r.std() + 1e-4)
-    else:
-        expected = torch.empty_like(r)
-        for gid in g.unique():
-            m = g == gid
-            std = r[m].std() if adv_type == "grpo" else r.std()
-            expected[m] = (r[m] - r[m].mean()) / (std + 1e-4)
-    expected = expected.clamp(-5, 5)
+    expected = _closed_form_advantages(adv_type, r, g).clamp(-5, 5)
     assert torch.allclose(a, expected, atol=1e-5)
     assert history[0]["train/optimizer_steps"] == 1.0
 
