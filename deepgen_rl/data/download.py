@@ -14,8 +14,10 @@ Each file is checked by its git blob id, sha1(b"blob " + str(len(content)) + b"\
   * present but different -> error, left untouched (delete it to fetch the published version);
   * otherwise downloaded to ``<file>.part`` (an existing .part is resumed with an HTTP Range request), verified,
     then atomically renamed into place. A .part that fails verification is deleted. The destination is never a
-    partial or unverified file; a network failure keeps the .part for the next run to resume.
-Every failure is one line on stderr naming the file, the URL and what to do; the exit status is 1.
+    partial or unverified file; a transfer cut off mid-file keeps its (non-empty) .part for the next run to resume.
+Every failure is one line on stderr naming the file, the URL and what to do; the exit status is 1. An unreachable
+source (offline, DNS failure, connection refused or reset, timeout) stops the run at the first file with ONE line
+for the whole run, not one per file.
 """
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ class DownloadError(RuntimeError):
     """A file could not be fetched or verified; the message is the one line shown to the user."""
 
 
+class SourceUnreachable(DownloadError):
+    """No answer from the source at all (offline, DNS, refused, reset, timeout): every other file would fail the same
+    way, so the download stops at the first one and reports ONE line."""
+
+    def __init__(self, url: str, reason: object):
+        super().__init__(f"cannot download {url}: {reason}")
+        self.url, self.reason = url, reason
+
+
 def git_blob_id(path: str | os.PathLike) -> str:
     """sha1(b"blob <size>\\0" + content) of a file, streamed (what ``git hash-object`` prints)."""
     h = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
@@ -98,9 +109,9 @@ def _fetch_to_part(url: str, part: Path, expected_size: int | None) -> None:
         raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason} "
                             f"(check --base-url / ${BASE_URL_ENV})") from None
     except (urllib.error.URLError, OSError, TimeoutError) as e:
-        reason = getattr(e, "reason", e)
-        raise DownloadError(f"cannot download {url}: {reason} (offline? rerun to resume from {part.name}, or point "
-                            f"--base-url / ${BASE_URL_ENV} at a reachable mirror)") from None
+        if part.exists() and part.stat().st_size == 0:  # nothing arrived: no empty .part left behind
+            part.unlink()
+        raise SourceUnreachable(url, getattr(e, "reason", e)) from None
 
 
 def fetch_file(item: DataFile, dest_root: Path, base_url: str) -> str:
@@ -136,9 +147,17 @@ def download(dest_root: str | os.PathLike = DEFAULT_DEST, base_url: str | None =
             return [f"--only: unknown file(s) {unknown}; known: {[f.path for f in files]}"]
         chosen = [f for f in files if f.path in only or Path(f.path).name in only]
     errors = []
-    for item in chosen:
+    for i, item in enumerate(chosen):
         try:
             log(f"{fetch_file(item, Path(dest_root), base_url):>10}  {item.path}")
+        except SourceUnreachable as e:  # one line for the whole run: the other files would fail the same way
+            left = len(chosen) - i
+            part = Path(dest_root) / (item.path + ".part")
+            kept = f"; {part.name} kept, a rerun resumes it" if part.exists() else ""
+            errors.append(f"cannot reach the data source {base_url} ({e.reason}, fetching {item.path}); {left} of "
+                          f"{len(chosen)} file(s) not fetched, none left partial in place{kept} (offline? rerun when "
+                          f"online, or point --base-url / ${BASE_URL_ENV} at a reachable mirror)")
+            break
         except DownloadError as e:
             errors.append(str(e))
     return errors

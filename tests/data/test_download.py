@@ -184,12 +184,60 @@ def test_a_file_that_does_not_verify_leaves_nothing(tmp_path, served):
     assert "exists but is not the published file" in r.stderr and mine.read_text() == "my own prompts\n"
 
 
+def _files_under(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
+
+
 def test_offline_is_one_clear_line_and_no_file(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    r = _run_script("--dest", str(tmp_path / "dest"), "--base-url", url, "--only", "corebench.txt")
+    r = _run_script("--dest", str(tmp_path / "dest"), "--base-url", url)  # all 13 files, no --only
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("download_data: cannot download") and "corebench.txt" in lines[0]
-    assert not (tmp_path / "dest/corebench.txt").exists()
+    assert len(lines) == 1, lines  # one line for the run, not one per file
+    assert lines[0].startswith(f"download_data: cannot reach the data source {url} (")
+    assert f"fetching {FILES[0].path}); 13 of 13 file(s) not fetched" in lines[0] and "--base-url" in lines[0]
+    assert _files_under(tmp_path / "dest") == []  # neither a file nor a .part
+    r = _run_script("--dest", str(tmp_path / "dest"), "--base-url", url, "--only", "corebench.txt")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "1 of 1 file(s)" in r.stderr
     r = _run_script("--dest", str(tmp_path / "dest"), "--only", "nope.txt")
     assert r.returncode == 1 and "unknown file" in r.stderr
+
+
+def test_a_source_that_drops_connections_is_tried_once(tmp_path, served):
+    """A host that accepts and at once closes every connection (a proxy refusing, a dead mirror): the download stops
+    at the first file instead of trying the other 12, and writes nothing; files already fetched stay."""
+    import socket
+
+    served_dir, server = served
+    files = _synthetic(served_dir, {"corebench.txt": b"first\n", "eval/geneval_prompt.txt": b"second\n",
+                                    "eval/prompts_dpgbench.jsonl": b"third\n"})
+    dest = tmp_path / "dest"
+    assert download(dest, server.url, files=files[:1], log=lambda *_: None) == []  # the first one is already here
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    sock.settimeout(0.1)
+    accepted, stop = [], threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            accepted.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        errors = download(dest, url, files=files, log=lambda *_: None)
+    finally:
+        stop.set()
+        thread.join(5)
+        sock.close()
+    assert len(errors) == 1 and errors[0].startswith(f"cannot reach the data source {url}")
+    assert "fetching eval/geneval_prompt.txt); 2 of 3 file(s) not fetched" in errors[0]
+    assert len(accepted) == 1  # the third file was not tried
+    assert _files_under(dest) == [dest / "corebench.txt"]
