@@ -84,9 +84,13 @@ def test_demo_eval_yaml_loads():
 
 
 def test_seed_eval_yaml_points_next_to_itself(tmp_path):
+    """The repo's eval.yaml, copied to a folder without the CSVs (whether or not this clone has run
+    scripts/download_data.sh, which puts them beside the original), names the file it misses."""
     src = REPO / "assets/rl_datasets/deepgen/eval/eval.yaml"
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "eval.yaml").write_text(src.read_text())
     with pytest.raises(FileNotFoundError, match=r"unigenbench_en.*test_prompts_en\.csv"):
-        load_eval_config(src)
+        load_eval_config(tmp_path / "bare" / "eval.yaml")
     if SHARED_UNIGENBENCH.is_dir():  # the same YAML next to a link to the real files
         (tmp_path / "eval.yaml").write_text(src.read_text())
         (tmp_path / "unigenbench").symlink_to(SHARED_UNIGENBENCH.resolve())
