@@ -21,7 +21,7 @@ import threading
 import torch
 from torch import nn
 
-from .base import Reward, register_reward
+from .base import Reward, WeightPath, register_reward
 from .clip_common import image_embeddings, load_clip, load_processor, resolve_path
 
 ENV_VAR = "AESTHETIC_CLIP_MODEL_NAME_OR_PATH"
@@ -76,6 +76,8 @@ def build_head(state: dict[str, torch.Tensor], embed_dim: int, path: str) -> nn.
 @register_reward("aesthetic")
 class AestheticReward(Reward):
     name = "aesthetic"
+    weight_paths = (WeightPath("model_name_or_path", (ENV_VAR, "CLIP_MODEL_NAME_OR_PATH")),
+                    WeightPath("head_path", (HEAD_ENV_VAR,), "file"))
 
     def __init__(self, model_name_or_path: str | None = None, head_path: str | None = None, *,
                  device: str | None = None, batch_size: int = 32, dtype: torch.dtype = torch.float32):

@@ -10,7 +10,10 @@ that must never enter statistics (the trainer masks with ``valid``). Rewards nev
 """
 from __future__ import annotations
 
+import inspect
 import math
+import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -25,6 +28,8 @@ __all__ = [
     "register_reward",
     "get_reward",
     "available_rewards",
+    "WeightPath",
+    "preflight_reward",
 ]
 
 
@@ -63,10 +68,59 @@ class MultiRewardOutput:
     info: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class WeightPath:
+    """A weights location a reward reads: constructor kwarg, env var fallbacks (first set wins), and what must exist.
+
+    kind: ``"file"`` (an existing file: a .pt/.pth/.safetensors), ``"path"`` (an existing file or directory), or
+    ``"model"`` (an existing path, or a hub id ``org/name`` that ``from_pretrained`` resolves later).
+    """
+
+    kwarg: str
+    env_vars: tuple[str, ...]
+    kind: str = "model"
+    required: bool = True
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
 class Reward:
     """Base class. Subclasses implement :meth:`score` and must be safe to call from several threads at once."""
 
     name: str = "reward"
+    weight_paths: tuple[WeightPath, ...] = ()  # what :meth:`preflight` checks without loading anything
+
+    def wants(self, prompt: str, meta: dict) -> bool:
+        """False when this sample will certainly come back ``valid=False`` with no error (nothing to score: OCR
+        without quoted text, GenEval without metadata or template). Cheap, no image needed: the reward server does
+        not even decode such images. The contract test checks that ``wants() == False`` implies ``valid=False``."""
+        return True
+
+    @classmethod
+    def preflight(cls, **kwargs: Any) -> None:
+        """Check ``kwargs`` against the constructor and every :attr:`weight_paths` entry without loading weights;
+        ValueError naming the kwarg, its env vars and the value. (The reward server's parent runs this before
+        starting several workers, which each build the reward.)"""
+        try:
+            inspect.signature(cls).bind(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"{cls.name}: --reward_kwargs {sorted(kwargs)} do not fit {cls.__name__}"
+                             f"{inspect.signature(cls)}: {exc}") from None
+        for wp in cls.weight_paths:
+            source = f"{wp.kwarg} in --reward_kwargs or ${' / $'.join(wp.env_vars)}"
+            value = kwargs.get(wp.kwarg) or next((os.environ[e] for e in wp.env_vars if os.environ.get(e)), None)
+            if not value:
+                if wp.required:
+                    raise ValueError(f"{cls.name}: no {wp.kwarg} given; set {source}")
+                continue
+            value = str(value)
+            ok = {"file": os.path.isfile(value), "path": os.path.exists(value),
+                  "model": os.path.exists(value) or bool(_HUB_ID.match(value))}[wp.kind]
+            if not ok:
+                expected = {"file": "an existing file", "path": "an existing file or directory",
+                            "model": "an existing directory or a hub id org/name"}[wp.kind]
+                raise ValueError(f"{cls.name}: {wp.kwarg} = {value!r} ({source}) is not {expected}")
 
     def score(
         self, images: list[Image.Image], prompts: list[str], metadata: list[dict]
@@ -145,6 +199,23 @@ def get_reward(name: str, /, **kwargs: Any) -> Reward:
     reward = _REGISTRY[name](**kwargs)
     reward.name = name
     return reward
+
+
+def preflight_reward(name: str, /, **kwargs: Any) -> None:
+    """Cheap check that ``get_reward(name, **kwargs)`` can build (registered, kwargs fit, weights paths exist),
+    loading nothing; ValueError saying what to fix. A ``remote_url`` reward is only checked for its name."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown reward {name!r}; available: {', '.join(available_rewards())}")
+    factory = _REGISTRY[name]
+    if "remote_url" in kwargs:
+        return
+    if isinstance(factory, type) and issubclass(factory, Reward):
+        factory.preflight(**kwargs)
+        return
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{name}: --reward_kwargs {sorted(kwargs)} do not fit {factory!r}: {exc}") from None
 
 
 def available_rewards() -> list[str]:

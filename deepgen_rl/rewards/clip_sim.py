@@ -18,7 +18,7 @@ import threading
 
 import torch
 
-from .base import Reward, register_reward
+from .base import Reward, WeightPath, register_reward
 
 ENV_VAR = "CLIP_MODEL_NAME_OR_PATH"
 
@@ -55,6 +55,7 @@ class ClipSimilarityReward(Reward):
     """Text-image cosine similarity in [-1, 1]."""
 
     name = "clip_sim"
+    weight_paths = (WeightPath("model_name_or_path", (ENV_VAR,)),)
 
     def __init__(self, model_name_or_path: str | None = None, *, device: str | None = None, batch_size: int = 32,
                  dtype: torch.dtype = torch.float32):

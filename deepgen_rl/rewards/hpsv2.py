@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from .base import Reward, register_reward
+from .base import Reward, WeightPath, register_reward
 from .clip_common import image_embeddings, load_processor, resolve_path, text_embeddings
 from .open_clip_convert import load_open_clip_as_hf
 
@@ -27,6 +27,8 @@ PROCESSOR_ENV_VAR = "HPSV2_PROCESSOR_NAME_OR_PATH"
 @register_reward("hpsv2")
 class HpsV2Reward(Reward):
     name = "hpsv2"
+    weight_paths = (WeightPath("model_path", (ENV_VAR,), "path"),
+                    WeightPath("processor_name_or_path", (PROCESSOR_ENV_VAR,)))
 
     def __init__(self, model_path: str | None = None, processor_name_or_path: str | None = None, *,
                  device: str | None = None, batch_size: int = 16, text_heads: int = 16, vision_heads: int = 16):

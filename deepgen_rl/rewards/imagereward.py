@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .aesthetic import AestheticMLP
-from .base import Reward, register_reward
+from .base import Reward, WeightPath, register_reward
 from .clip_common import resolve_path
 
 ENV_VAR = "IMAGEREWARD_MODEL_PATH"
@@ -133,6 +133,7 @@ def load_imagereward(path: str, *, vision_heads: int = 16, text_heads: int = 12)
 @register_reward("imagereward")
 class ImageRewardReward(Reward):
     name = "imagereward"
+    weight_paths = (WeightPath("model_path", (ENV_VAR,), "file"), WeightPath("tokenizer_path", (TOKENIZER_ENV_VAR,)))
 
     def __init__(self, model_path: str | None = None, tokenizer_path: str | None = None, *,
                  device: str | None = None, batch_size: int = 16, vision_heads: int = 16, text_heads: int = 12):

@@ -22,15 +22,20 @@ def _describe(exc: BaseException) -> str:
 class LocalOcrReward(Reward):
     name = "ocr_local"
 
+    def wants(self, prompt, meta):
+        from deepgen_rl.services.ocr.scoring import extract_target_texts
+
+        return bool(extract_target_texts(prompt))
+
     def score(self, images, prompts, metadata):
         from deepgen_rl.services.ocr import engine
-        from deepgen_rl.services.ocr.scoring import extract_target_texts, ocr_score
+        from deepgen_rl.services.ocr.scoring import ocr_score
 
         n = len(images)
         scores, valid = torch.zeros(n), torch.zeros(n, dtype=torch.bool)
         texts, errors = [""] * n, [None] * n
         for i, (image, prompt) in enumerate(zip(images, prompts)):
-            if not extract_target_texts(prompt):
+            if not self.wants(prompt, metadata[i]):
                 continue
             try:
                 text = engine.recognize_text(image)

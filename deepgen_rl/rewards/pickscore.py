@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from .base import Reward, register_reward
+from .base import Reward, WeightPath, register_reward
 from .clip_common import image_embeddings, load_clip, load_processor, resolve_path, text_embeddings
 
 ENV_VAR = "PICKSCORE_MODEL_NAME_OR_PATH"
@@ -26,6 +26,8 @@ PROCESSOR_ENV_VAR = "PICKSCORE_PROCESSOR_NAME_OR_PATH"
 @register_reward("pickscore")
 class PickScoreReward(Reward):
     name = "pickscore"
+    weight_paths = (WeightPath("model_name_or_path", (ENV_VAR,)),
+                    WeightPath("processor_name_or_path", (PROCESSOR_ENV_VAR,), required=False))
 
     def __init__(self, model_name_or_path: str | None = None, processor_name_or_path: str | None = None, *,
                  device: str | None = None, batch_size: int = 16, scale_divisor: float = 1.0,

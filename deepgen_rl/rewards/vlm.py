@@ -39,11 +39,7 @@ class PointwiseVlmReward(Reward):
                                       max_backoff_s=max_backoff_s, token=token, trust_env=trust_env,
                                       max_connections=workers)
 
-    # -- subclass hooks -------------------------------------------------------------------------------------------
-    def wants(self, prompt: str, meta: dict) -> bool:
-        """Whether this sample is scored at all (False: valid=False, counted as skipped, no request)."""
-        return True
-
+    # -- subclass hooks (and Reward.wants: False means valid=False, counted as skipped, no request) -------------
     def instruction(self, prompt: str, meta: dict) -> str:
         raise NotImplementedError
 
