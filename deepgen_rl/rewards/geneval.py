@@ -2,26 +2,34 @@
 
 Metadata (GenEval's ``evaluation_metadata.jsonl`` format, per sample): ``tag`` and ``include``: a list of
 ``{"class": str, "count": int, "color": str (optional), "position": [relation, j] (optional)}`` and optionally
-``exclude``: ``[{"class": str, "count": int}]``. Requirements, each checked on the detections of its class with
-score >= ``threshold`` (``counting_threshold`` for tag "counting"), after per-class NMS (IoU > ``nms_iou``):
+``exclude``: ``[{"class": str, "count": int}]``. GenEval's rules (Ghosh et al. 2023, its ``evaluate_images.py``):
 
-* include count: at least ``count`` detections;               * exclude: fewer than ``count`` detections;
-* color: the ``count`` most confident detections all have ``color`` (from the :class:`ColorClassifier`);
-* position ``[rel, j]``: some detection of this class stands in ``rel`` ("left of", "right of", "above", "below")
-  to some detection of ``include[j]``'s class. With centres c, sizes (w, h) and t = ``position_threshold``:
-  o = c_a − c_b; a is "right of" b iff o_x > t·(w_a + w_b), "left of" iff o_x < −t·(w_a + w_b); "below"/"above"
-  likewise on y with heights (image y grows downwards).
+* detections of each class with score > ``threshold`` (0.3; ``counting_threshold``, 0.9, for tag "counting"), most
+  confident first, at most ``max_objects`` (16) per class, then greedy per-class NMS (drop IoU >= ``nms_iou``);
+* include: at least ``count`` detections; the group's objects are its ``count`` most confident ones;
+* color: all of the group's objects have ``color`` (from the :class:`ColorClassifier`; checked only if the count
+  holds, else it fails with it);
+* position ``[rel, j]`` (checked only if count and colour hold): group j matched, and EVERY object a of this group
+  stands in ``rel`` to EVERY object b of group j. With centres c, box sizes d = (w, h), t = ``position_threshold``
+  (0.1), offset o = c_a − c_b: r = max(|o| − t·(d_a + d_b), 0)·sign(o) (per axis); no relation if |r| < 1e-3 on both
+  axes; else (x, y) = r / ‖o‖ and "left of" iff x < −0.5, "right of" iff x > 0.5, "above" iff y < −0.5, "below" iff
+  y > 0.5 (image y grows downwards);
+* exclude: fewer than ``count`` detections.
 
 score = 1.0 if every requirement holds else 0.0 (GenEval's per-image correctness), or with ``partial=True`` the
-fraction of requirements that hold; range [0, 1]. Metadata without an ``include`` list falls back to
-:func:`parse_geneval_prompt` (GenEval's six prompt templates, so a plain list of GenEval prompts trains too); a
-prompt that matches none is ``valid=False`` with the reason in ``info["image_errors"]``. A detector failure raises
-(the whole call is invalid). Each image is detected
-alone: batch-size invariant.
+fraction of requirements that hold (count, colour, position, exclude each count once); range [0, 1]. Metadata without
+an ``include`` list falls back to :func:`parse_geneval_prompt` (GenEval's prompt templates, so a plain list of GenEval
+prompts trains too); a sample with neither is "nothing to score" (``wants`` is False: ``valid=False`` with no error,
+counted in ``info["num_skipped_no_metadata"]``; the reward server does not decode it). A detector failure raises (the
+whole call is invalid). Each image is detected alone: batch-size invariant.
 
 Detector: any :class:`Detector`; the real one is :class:`Owlv2Detector` (transformers OWLv2, open vocabulary) from
-``$GENEVAL_DETECTOR_PATH`` (e.g. google/owlv2-base-patch16-ensemble). Colours: :class:`MeanColorClassifier` (nearest
-reference colour to the mean RGB of the box's central half), a stand-in for GenEval's CLIP colour classifier.
+``$GENEVAL_DETECTOR_PATH`` (e.g. google/owlv2-base-patch16-ensemble); GenEval itself uses a Mask2Former trained on
+COCO (no NMS needed there, so GenEval applies none by default; OWLv2 predicts one box per patch and needs it).
+Colours: :class:`ClipColorClassifier` (GenEval's method: CLIP zero-shot over its 10 colour names with three prompt
+templates, on the crop of the box) when ``color_model_name_or_path`` / ``$GENEVAL_COLOR_MODEL_NAME_OR_PATH`` is set
+(GenEval uses CLIP ViT-L/14), else :class:`MeanColorClassifier` (nearest reference colour to the mean RGB of the
+box's central half), a model-free stand-in. Differences from GenEval are listed in docs/rewards.md.
 """
 from __future__ import annotations
 
@@ -34,15 +42,17 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from .base import Reward, register_reward
+from .base import Reward, WeightPath, register_reward
 
 ENV_VAR = "GENEVAL_DETECTOR_PATH"
+COLOR_ENV_VAR = "GENEVAL_COLOR_MODEL_NAME_OR_PATH"
 RELATIONS = ("left of", "right of", "above", "below")
-REFERENCE_COLORS = {  # sRGB reference of GenEval's colour names
+REFERENCE_COLORS = {  # GenEval's 10 colour names (its order), with an sRGB reference for the mean-colour stand-in
     "red": (220, 30, 30), "orange": (245, 140, 20), "yellow": (240, 220, 30), "green": (40, 160, 50),
     "blue": (30, 70, 210), "purple": (130, 50, 170), "pink": (245, 150, 190), "brown": (120, 75, 35),
     "black": (15, 15, 15), "white": (240, 240, 240),
 }
+COLOR_TEMPLATES = ("a photo of a {color} {cls}", "a photo of a {color}-colored {cls}", "a photo of a {color} object")
 
 
 @dataclass(frozen=True)
@@ -60,14 +70,15 @@ class Detector(Protocol):
 
 
 class ColorClassifier(Protocol):
-    def classify(self, image, box: tuple[float, float, float, float], colors: Sequence[str]) -> str:
-        """The name in ``colors`` that best describes the object in ``box``."""
+    def classify(self, image, box: tuple[float, float, float, float], colors: Sequence[str],
+                 cls: str = "object") -> str:
+        """The name in ``colors`` that best describes the object of class ``cls`` in ``box``."""
 
 
 class MeanColorClassifier:
     """Nearest reference colour (Euclidean in RGB) to the mean colour of the box's central half."""
 
-    def classify(self, image, box, colors):
+    def classify(self, image, box, colors, cls="object"):
         x0, y0, x1, y1 = box
         cx0, cx1 = x0 + (x1 - x0) / 4, x1 - (x1 - x0) / 4
         cy0, cy1 = y0 + (y1 - y0) / 4, y1 - (y1 - y0) / 4
@@ -80,6 +91,51 @@ class MeanColorClassifier:
         return min(known, key=lambda c: float(((mean - np.asarray(REFERENCE_COLORS[c])) ** 2).sum()))
 
 
+class ClipColorClassifier:
+    """GenEval's colour classifier on transformers CLIP: zero-shot over ``colors`` on the crop of the box.
+
+    Text weight of colour c for class k: normalise(mean_t normalise(E_text(template_t(c, k)))) over
+    :data:`COLOR_TEMPLATES`; the answer is argmax_c cos(E_image(crop), weight_c). Weights are cached per class.
+    """
+
+    def __init__(self, path: str | None = None, device: str | None = None):
+        from .clip_common import load_clip, load_processor, resolve_path
+
+        path = resolve_path("geneval", path, COLOR_ENV_VAR, kwarg="color_model_name_or_path")
+        self.model = load_clip("geneval", path, COLOR_ENV_VAR)
+        self.tokenizer, self.image_processor = load_processor("geneval", path, COLOR_ENV_VAR)
+        self.device = torch.device(device or "cpu")
+        self.model.to(self.device)
+        self._weights: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    def text_weights(self, cls: str, colors: Sequence[str]) -> torch.Tensor:
+        """FloatTensor[len(colors), D] fp32, rows L2-normalised."""
+        from .clip_common import text_embeddings
+
+        key = (cls, tuple(colors))
+        if key not in self._weights:
+            rows = []
+            for color in colors:
+                emb = text_embeddings(self.model, self.tokenizer,
+                                      [t.format(color=color, cls=cls) for t in COLOR_TEMPLATES], self.device)
+                rows.append(torch.nn.functional.normalize(emb.mean(0), dim=-1))
+            self._weights[key] = torch.stack(rows)
+        return self._weights[key]
+
+    @torch.no_grad()
+    def classify(self, image, box, colors, cls="object"):
+        from .clip_common import image_embeddings
+
+        x0, y0, x1, y1 = box
+        crop = image.convert("RGB").crop((int(x0), int(y0), max(int(x0) + 1, int(round(x1))),
+                                          max(int(y0) + 1, int(round(y1)))))
+        with self._lock:
+            weights = self.text_weights(cls, colors)
+            emb = image_embeddings(self.model, self.image_processor, [crop], self.device)
+        return list(colors)[int((emb @ weights.T).argmax())]
+
+
 def box_iou(a, b) -> float:
     ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
     iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
@@ -88,72 +144,89 @@ def box_iou(a, b) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def nms(detections: list[Detection], iou: float) -> list[Detection]:
-    """Greedy per-class non-maximum suppression, most confident first."""
-    kept: list[Detection] = []
-    for det in sorted(detections, key=lambda d: -d.score):
-        if all(k.label != det.label or box_iou(k.box, det.box) <= iou for k in kept):
-            kept.append(det)
+def select_detections(detections: list[Detection], threshold: float, max_objects: int = 16,
+                      nms_iou: float = 0.5) -> dict[str, list[Detection]]:
+    """{class: kept detections, most confident first}: score > ``threshold``, the ``max_objects`` most confident
+    of each class, then greedy NMS within the class (a detection with IoU >= ``nms_iou`` to a kept one is dropped;
+    ``nms_iou=1`` keeps all, as GenEval does by default)."""
+    by_class: dict[str, list[Detection]] = {}
+    for det in sorted((d for d in detections if d.score > threshold), key=lambda d: -d.score):
+        by_class.setdefault(det.label, []).append(det)
+    kept = {}
+    for label, dets in by_class.items():
+        todo, out = dets[:max_objects], []
+        while todo:
+            best = todo.pop(0)
+            out.append(best)
+            todo = [d for d in todo if nms_iou >= 1 or box_iou(best.box, d.box) < nms_iou]
+        kept[label] = out
     return kept
 
 
 def relations(a: Detection, b: Detection, threshold: float) -> set[str]:
-    """The relations a stands in to b (see the module docstring for the formula)."""
-    ca = ((a.box[0] + a.box[2]) / 2, (a.box[1] + a.box[3]) / 2)
-    cb = ((b.box[0] + b.box[2]) / 2, (b.box[1] + b.box[3]) / 2)
-    wa, ha = a.box[2] - a.box[0], a.box[3] - a.box[1]
-    wb, hb = b.box[2] - b.box[0], b.box[3] - b.box[1]
-    ox, oy = ca[0] - cb[0], ca[1] - cb[1]
+    """The relations a stands in to b: GenEval's rule (formula in the module docstring)."""
+    ca = np.array([(a.box[0] + a.box[2]) / 2, (a.box[1] + a.box[3]) / 2])
+    cb = np.array([(b.box[0] + b.box[2]) / 2, (b.box[1] + b.box[3]) / 2])
+    dims = np.array([abs(a.box[2] - a.box[0]) + abs(b.box[2] - b.box[0]),
+                     abs(a.box[3] - a.box[1]) + abs(b.box[3] - b.box[1])])
+    offset = ca - cb
+    revised = np.maximum(np.abs(offset) - threshold * dims, 0) * np.sign(offset)
+    if np.all(np.abs(revised) < 1e-3):
+        return set()
+    dx, dy = revised / np.linalg.norm(offset)
     out = set()
-    if ox > threshold * (wa + wb):
-        out.add("right of")
-    elif ox < -threshold * (wa + wb):
+    if dx < -0.5:
         out.add("left of")
-    if oy > threshold * (ha + hb):
-        out.add("below")
-    elif oy < -threshold * (ha + hb):
+    if dx > 0.5:
+        out.add("right of")
+    if dy < -0.5:
         out.add("above")
+    if dy > 0.5:
+        out.add("below")
     return out
 
 
 def evaluate(image, detections: list[Detection], meta: dict, *, threshold: float = 0.3,
-             counting_threshold: float | None = None, nms_iou: float = 0.5, position_threshold: float = 0.1,
-             colors: ColorClassifier | None = None) -> tuple[int, int, list[str]]:
-    """(requirements passed, requirements checked, reasons for failures) for one image."""
+             counting_threshold: float = 0.9, max_objects: int = 16, nms_iou: float = 0.5,
+             position_threshold: float = 0.1, colors: ColorClassifier | None = None) -> tuple[int, int, list[str]]:
+    """(requirements passed, requirements checked, reasons for failures) for one image (rules: module docstring)."""
     include, exclude = meta.get("include"), meta.get("exclude", [])
     if not isinstance(include, list) or not include:
         raise ValueError("metadata has no GenEval 'include' list")
-    cut = counting_threshold if (meta.get("tag") == "counting" and counting_threshold is not None) else threshold
-    kept = nms([d for d in detections if d.score >= cut], nms_iou)
-    by_class = {}
-    for det in kept:
-        by_class.setdefault(det.label, []).append(det)
+    cut = counting_threshold if meta.get("tag") == "counting" else threshold
+    by_class = select_detections(detections, cut, max_objects, nms_iou)
     colors = colors or MeanColorClassifier()
     passed, checked, failures = 0, 0, []
+    groups: list[list[Detection] | None] = []  # the objects of each include entry that matched, else None
 
-    def check(ok: bool, reason: str) -> None:
+    def check(ok: bool, reason: str) -> bool:
         nonlocal passed, checked
         checked += 1
         passed += int(ok)
         if not ok:
             failures.append(reason)
+        return ok
 
     for req in include:
-        found = by_class.get(req["class"], [])
-        need = int(req.get("count", 1))
-        check(len(found) >= need, f"expected >= {need} {req['class']}, found {len(found)}")
+        cls, need = req["class"], int(req.get("count", 1))
+        found = by_class.get(cls, [])[:need]
+        matched = check(len(found) >= need, f"expected >= {need} {cls}, found {len(found)}")
         if "color" in req:
-            top = found[:need]
-            named = [colors.classify(image, d.box, list(REFERENCE_COLORS)) for d in top]
-            check(len(top) >= need and all(c == req["color"] for c in named),
-                  f"expected {req['color']} {req['class']}, found {named}")
+            named = [colors.classify(image, d.box, list(REFERENCE_COLORS), cls) for d in found] if matched else []
+            matched = check(matched and named.count(req["color"]) >= need,
+                            f"expected {req['color']} {cls}, found {named}")
         if "position" in req:
             relation, j = req["position"][0], int(req["position"][1])
             if relation not in RELATIONS:
                 raise ValueError(f"unknown relation {relation!r}; expected one of {RELATIONS}")
-            reference = by_class.get(include[j]["class"], [])
-            ok = any(relation in relations(a, b, position_threshold) for a in found for b in reference if a is not b)
-            check(ok, f"expected {req['class']} {relation} {include[j]['class']}")
+            if not 0 <= j < len(groups):
+                raise ValueError(f"position {req['position']!r} of {cls!r} names include[{j}], which is not an "
+                                 f"earlier entry of 'include'")
+            target = groups[j]
+            ok = matched and target is not None and all(relation in relations(a, b, position_threshold)
+                                                        for a in found for b in target)
+            matched = check(ok, f"expected {cls} {relation} {include[j]['class']}")
+        groups.append(found if matched else None)
     for req in exclude:
         found = by_class.get(req["class"], [])
         check(len(found) < int(req["count"]), f"expected < {req['count']} {req['class']}, found {len(found)}")
@@ -231,35 +304,46 @@ class Owlv2Detector:
 @register_reward("geneval")
 class GenEvalReward(Reward):
     name = "geneval"
+    weight_paths = (WeightPath("detector_path", (ENV_VAR,)),
+                    WeightPath("color_model_name_or_path", (COLOR_ENV_VAR,), required=False))
 
     def __init__(self, detector_path: str | None = None, *, detector: Detector | None = None,
-                 device: str | None = None, threshold: float = 0.3, counting_threshold: float | None = None,
-                 nms_iou: float = 0.5, position_threshold: float = 0.1, partial: bool = False,
-                 colors: ColorClassifier | None = None, parse_prompts: bool = True):
+                 device: str | None = None, threshold: float = 0.3, counting_threshold: float = 0.9,
+                 max_objects: int = 16, nms_iou: float = 0.5, position_threshold: float = 0.1, partial: bool = False,
+                 colors: ColorClassifier | None = None, color_model_name_or_path: str | None = None,
+                 parse_prompts: bool = True):
         self.parse_prompts = parse_prompts
         if detector is None:
             path = detector_path or os.environ.get(ENV_VAR)
             if not path:
                 raise ValueError(f"geneval: no detector given; set ${ENV_VAR} or pass detector_path (an OWLv2 model)")
             detector = Owlv2Detector(path, device)
+        if colors is None and (color_model_name_or_path or os.environ.get(COLOR_ENV_VAR)):
+            colors = ClipColorClassifier(color_model_name_or_path, device)
         self.detector, self.partial, self.colors = detector, partial, colors or MeanColorClassifier()
-        self.options = dict(threshold=threshold, counting_threshold=counting_threshold, nms_iou=nms_iou,
-                            position_threshold=position_threshold)
+        self.options = dict(threshold=threshold, counting_threshold=counting_threshold, max_objects=max_objects,
+                            nms_iou=nms_iou, position_threshold=position_threshold)
+
+    def requirements(self, prompt: str, meta: dict) -> dict | None:
+        """The GenEval metadata to check: ``meta`` when it has an ``include`` list, else the prompt's template."""
+        include = meta.get("include")
+        if isinstance(include, list) and include:
+            return meta
+        return parse_geneval_prompt(prompt) if self.parse_prompts else None
+
+    def wants(self, prompt, meta):
+        return self.requirements(prompt, meta) is not None
 
     def score(self, images, prompts, metadata):
         n = len(images)
         scores, valid = torch.zeros(n), torch.zeros(n, dtype=torch.bool)
-        info = {"image_errors": [None] * n, "failures": [[] for _ in range(n)]}
+        info = {"image_errors": [None] * n, "failures": [[] for _ in range(n)], "num_skipped_no_metadata": 0}
         for i, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
-            include = meta.get("include")
-            if not isinstance(include, list) or not include:
-                parsed = parse_geneval_prompt(prompt) if self.parse_prompts else None
-                if parsed is None:
-                    info["image_errors"][i] = ("geneval: metadata has no GenEval 'include' list and the prompt "
-                                               "matches no GenEval template")
-                    continue
-                meta, include = parsed, parsed["include"]
-            classes = [r["class"] for r in include] + [r["class"] for r in meta.get("exclude", [])]
+            meta = self.requirements(prompt, meta)
+            if meta is None:  # nothing to score: no error (as OCR without quoted text)
+                info["num_skipped_no_metadata"] += 1
+                continue
+            classes = [r["class"] for r in meta["include"]] + [r["class"] for r in meta.get("exclude", [])]
             detections = self.detector.detect(image, classes)
             passed, checked, failures = evaluate(image, detections, meta, colors=self.colors, **self.options)
             info["failures"][i] = failures

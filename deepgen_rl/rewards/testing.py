@@ -12,12 +12,12 @@ import torch
 WORDS = [f"w{i}" for i in range(200)] + "a photo of red green blue cat dog car bench left right the sign".split()
 
 
-def _tiny_tokenizer(model_max_length: int = 77):
+def _tiny_tokenizer(model_max_length: int = 77, extra_words=()):
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<unk>", "<|startoftext|>", "<|endoftext|>"]  # BOS != 0: OWLv2 masks queries starting with 0
-    vocab = {tok: i for i, tok in enumerate(specials + WORDS)}
+    vocab = {tok: i for i, tok in enumerate(dict.fromkeys(specials + WORDS + list(extra_words)))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
@@ -35,11 +35,13 @@ def _text_config(vocab, max_positions: int = 77) -> dict:
                 eos_token_id=vocab["<|endoftext|>"], pad_token_id=vocab["<pad>"])
 
 
-def build_tiny_clip(out_dir, seed: int = 0, projection_dim: int = 16, logit_scale: float | None = None) -> str:
-    """Tiny ``CLIPModel`` + tokenizer + ``CLIPImageProcessor`` (32x32 images) saved to ``out_dir``."""
+def build_tiny_clip(out_dir, seed: int = 0, projection_dim: int = 16, logit_scale: float | None = None,
+                    extra_words=()) -> str:
+    """Tiny ``CLIPModel`` + tokenizer + ``CLIPImageProcessor`` (32x32 images) saved to ``out_dir``; ``extra_words``
+    extend the word-level vocabulary (after the default words, so the default model is unchanged without them)."""
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
 
-    tokenizer, vocab = _tiny_tokenizer()
+    tokenizer, vocab = _tiny_tokenizer(extra_words=extra_words)
     config = CLIPConfig(text_config=_text_config(vocab),
                         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                            num_attention_heads=2, image_size=32, patch_size=8),

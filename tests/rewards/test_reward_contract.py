@@ -81,9 +81,10 @@ def _geneval(tmp):
     from deepgen_rl.rewards.testing import build_tiny_owlv2
 
     metas = [{"include": [{"class": "cat", "count": 1}]}, {"include": [{"class": "dog", "count": 2}]},
-             {"include": [{"class": "car", "count": 1, "color": "green"}]}, {"include": [{"class": "cat", "count": 1}]}]
+             {"include": [{"class": "car", "count": 1, "color": "green"}]}, {"include": [{"class": "cat", "count": 1}]},
+             {}]  # the last: no metadata, no GenEval template -- nothing to score
     reward = get_reward("geneval", detector_path=build_tiny_owlv2(tmp / "owlv2"), threshold=0.0, partial=True)
-    return Case(reward, colours(4, (48, 32)), [""] * 4, metas)
+    return Case(reward, colours(5, (48, 32)), [""] * 4 + ["a cat on a sofa"], metas)
 
 
 def _ocr_images():
@@ -169,6 +170,7 @@ FIXTURES = {
     "toy_compositional": _toy_compositional,
 }
 NEEDS_REQUEST = {"ocr", "remote", "ocr_vlm", "unifiedreward", "unifiedreward_think"}
+SKIPS_IN_FIXTURE = {"geneval", "ocr_local", "ocr_vlm"}  # rewards whose fixture holds a sample wants() refuses
 
 
 @pytest.fixture(scope="module", params=available_rewards())
@@ -228,3 +230,15 @@ def test_scores_do_not_depend_on_the_batch(case):
              for s in range(0, len(case.images), case.unit)]
     assert torch.equal(torch.cat([p.valid for p in parts]), whole.valid)
     torch.testing.assert_close(torch.cat([p.scores for p in parts]), whole.scores, atol=ATOL, rtol=0)
+
+
+def test_a_sample_the_reward_does_not_want_is_invalid_without_an_error(case, request):
+    """What lets the reward server skip decoding such images: wants() False => valid=False and no image error."""
+    wanted = [case.reward.wants(p, m) for p, m in zip(case.prompts, case.metadata)]
+    if request.node.callspec.params["case"] in SKIPS_IN_FIXTURE:
+        assert not all(wanted), "this fixture holds a sample with nothing to score"
+    out = case.reward(case.images, case.prompts, case.metadata)
+    errors = out.info.get("image_errors") or [None] * len(wanted)
+    for i, want in enumerate(wanted):
+        if not want:
+            assert not bool(out.valid[i]) and errors[i] is None, i
