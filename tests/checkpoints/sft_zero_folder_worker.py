@@ -6,6 +6,11 @@ As mmengine's DeepSpeed strategy does: the engine wraps the whole DeepGen model 
 LoRA, connector, projectors, meta_queries, DiT), and after 2 ZeRO-2 Adam steps
 ``engine.save_checkpoint(WORK_DIR, tag="iter_2.pth", save_latest=False, exclude_frozen_parameters=True)`` writes the
 folder ``WORK_DIR/iter_2.pth/``. The trained tensors go to ``WORK_DIR/reference.safetensors`` (the ground truth).
+
+``encode_prompts`` runs without gradients, so the velocity loss alone would move only the DiT and leave the LoRA,
+connector, projectors and think tokens at their start values (a load test could then pass without reading them).
+The loss therefore adds ``PULL · Σ_p Σ w_p`` over every trainable tensor: a gradient of PULL on every element, so each
+Adam step moves every element of every SFT tensor by about the learning rate (deterministic: fixed seeds, one process).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from safetensors.torch import save_file
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+PULL = 1e-3
 
 
 def main() -> None:
@@ -41,7 +47,8 @@ def main() -> None:
         cond = model.encode_prompts(["a red circle", "the word GO"])  # through the LoRA VLM, connector, projectors
         latents = torch.randn(2, 16, 8, 8, generator=gen)
         velocity = model.predict_velocity(latents, torch.rand(2, generator=gen), cond)
-        engine.backward((velocity - latents).pow(2).mean())
+        pull = sum(p.sum() for p in trainable)  # reaches the parts encode_prompts (no_grad) does not
+        engine.backward((velocity - latents).pow(2).mean() + PULL * pull)
         engine.step()
     engine.save_checkpoint(str(out), tag="iter_2.pth", save_latest=False, exclude_frozen_parameters=True)
     ref = {n: p.detach().clone().contiguous() for n, p in engine.module.named_parameters() if p.requires_grad}

@@ -36,10 +36,21 @@ def test_sft_training_zero_folder_loads_into_the_model(tmp_path):
     own = model.state_dict()
     for key, value in reference.items():
         assert torch.equal(own[key].float(), value.float()), key  # fp32 masters of a fp32 run: exact
-    # the checkpoint is not the starting point: ZeRO's Adam steps moved the weights
+    # the checkpoint is not the starting point: ZeRO's Adam steps moved every saved tensor, in every part, so the
+    # exact comparison above could only pass by reading the folder's values (not by keeping a fresh model's)
     fresh = build_model(TINY_CONFIG).state_dict()
-    changed = sum(not torch.equal(fresh[k], reference[k]) for k in reference)
-    assert changed > len(reference) // 2
+    groups = {"lora": [k for k in reference if ".lora_" in k],
+              "connector": [k for k in reference if k.startswith("connector.")],
+              "projectors": [k for k in reference if k.startswith("projector_")],
+              "meta_queries": [k for k in reference if k == "meta_queries"],
+              "dit": [k for k in reference if k.startswith("transformer.")]}
+    assert all(groups.values()), {g: len(v) for g, v in groups.items()}
+    for group, keys in groups.items():
+        unchanged = [k for k in keys if torch.equal(fresh[k], reference[k])]
+        assert not unchanged, (group, unchanged[:3])
+        moved = min(float((fresh[k].float() - reference[k].float()).abs().max()) for k in keys)
+        assert moved > 1e-3, (group, moved)  # ~2 Adam steps of lr 1e-2: far above float noise
+        assert all(torch.equal(own[k].float(), reference[k].float()) for k in keys), group
 
 
 def test_export_writes_the_installed_layout_by_default():
