@@ -7,8 +7,9 @@ truncated to that many tokens, keeping the end-of-text token last (CLIP pools it
 counted in ``info["num_truncated"]``.
 
 Device (``device=`` or ``$CLIP_DEVICE``, default cpu): a bare ``"cuda"`` is resolved at construction to this rank's
-GPU, ``cuda:$LOCAL_RANK`` (torchrun sets it; else the current device), because ``score`` runs in reward worker
-threads whose current CUDA device is ``cuda:0``. Inputs go to the device the model's weights are on. On the CPU under
+GPU, ``cuda:$LOCAL_RANK`` (torchrun sets it; else the current device), or ``cuda:0`` when the process sees only one
+GPU (``CUDA_VISIBLE_DEVICES`` set per rank), because ``score`` runs in reward worker threads whose current CUDA
+device is ``cuda:0``. Inputs go to the device the model's weights are on. On the CPU under
 torchrun (OMP_NUM_THREADS=1) CLIP runs on one thread: about 1 s per image for ViT-L/14, so use the GPU.
 """
 from __future__ import annotations
@@ -24,10 +25,12 @@ ENV_VAR = "CLIP_MODEL_NAME_OR_PATH"
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``device`` (or ``$CLIP_DEVICE``, default "cpu") with a bare "cuda" pinned to ``cuda:$LOCAL_RANK``.
+    """``device`` (or ``$CLIP_DEVICE``, default "cpu") with a bare "cuda" pinned to this rank's GPU.
 
-    Without ``LOCAL_RANK`` a bare "cuda" becomes the current CUDA device. Raises ValueError naming CLIP_DEVICE when
-    CUDA is asked for but absent, or the index is not a visible GPU.
+    A bare "cuda" becomes ``cuda:0`` when exactly one GPU is visible (each process restricted to its own GPU by
+    ``CUDA_VISIBLE_DEVICES``: there ``LOCAL_RANK`` is not an index), else ``cuda:$LOCAL_RANK``, else (no torchrun)
+    the current CUDA device. An explicit index is kept. Raises ValueError naming CLIP_DEVICE when CUDA is asked for
+    but absent, or the index is not a visible GPU.
     """
     dev = torch.device(device or os.environ.get("CLIP_DEVICE") or "cpu")
     if dev.type != "cuda":
@@ -38,7 +41,10 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     index = dev.index
     if index is None:
         local = os.environ.get("LOCAL_RANK")
-        index = int(local) if local not in (None, "") else torch.cuda.current_device()
+        if torch.cuda.device_count() == 1:
+            index = 0
+        else:
+            index = int(local) if local not in (None, "") else torch.cuda.current_device()
     if not 0 <= index < torch.cuda.device_count():
         raise ValueError(f"clip_sim: CUDA device {index} (device= / CLIP_DEVICE / LOCAL_RANK) does not exist; "
                          f"{torch.cuda.device_count()} GPU(s) visible")

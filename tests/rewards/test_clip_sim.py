@@ -143,10 +143,32 @@ def test_bare_cuda_resolves_to_the_ranks_gpu(monkeypatch):
         resolve_device("cuda")
 
 
-def test_cuda_device_pinned_at_construction_and_inputs_follow_the_weights(clip_dir, monkeypatch):
+def test_bare_cuda_is_the_only_visible_gpu_when_each_process_sees_one(monkeypatch):
+    """torchrun with CUDA_VISIBLE_DEVICES set per rank: LOCAL_RANK is 5 but the process sees one GPU, cuda:0."""
+    from deepgen_rl.rewards.clip_sim import resolve_device
+
+    _fake_gpus(monkeypatch, count=1, current=0)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    monkeypatch.setenv("CLIP_DEVICE", "cuda")
+    assert resolve_device(None) == torch.device("cuda", 0)
+    assert resolve_device("cuda") == torch.device("cuda", 0)
+    monkeypatch.delenv("LOCAL_RANK")
+    assert resolve_device("cuda") == torch.device("cuda", 0)
+    with pytest.raises(ValueError, match="does not exist; 1 GPU"):  # an explicit index is still checked
+        resolve_device("cuda:5")
+    _fake_gpus(monkeypatch, count=2)  # two visible GPUs: LOCAL_RANK is an index again, and 5 is not one of them
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        resolve_device("cuda")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve_device("cuda") == torch.device("cuda", 1)
+
+
+@pytest.mark.parametrize("visible,gpu", [(8, 3), (1, 0)])
+def test_cuda_device_pinned_at_construction_and_inputs_follow_the_weights(clip_dir, monkeypatch, visible, gpu):
     """Rank 3 of 8 asks for CLIP_DEVICE=cuda: the model goes to cuda:3 (not "cuda", which a reward worker thread
-    would read as cuda:0), and score() sends its inputs to wherever the weights are (here the mocked move leaves
-    them on the CPU), giving the CPU scores."""
+    would read as cuda:0), or to cuda:0 when the process sees only its own GPU; score() sends its inputs to wherever
+    the weights are (here the mocked move leaves them on the CPU), giving the CPU scores."""
     from transformers import CLIPModel
 
     cpu_reward = get_reward("clip_sim", model_name_or_path=clip_dir, device="cpu")
@@ -158,11 +180,11 @@ def test_cuda_device_pinned_at_construction_and_inputs_follow_the_weights(clip_d
         moves.append(args[0] if args else kwargs.get("device"))
         return self
 
-    _fake_gpus(monkeypatch)
+    _fake_gpus(monkeypatch, count=visible)
     monkeypatch.setenv("LOCAL_RANK", "3")
     monkeypatch.setenv("CLIP_DEVICE", "cuda")
     monkeypatch.setattr(CLIPModel, "to", fake_to)
     reward = get_reward("clip_sim", model_name_or_path=clip_dir)
-    assert [torch.device(m) for m in moves] == [torch.device("cuda", 3)]
+    assert [torch.device(m) for m in moves] == [torch.device("cuda", gpu)]
     scores, valid, _ = reward.score(imgs, prompts, [{}] * 3)
     assert valid.all() and torch.equal(scores, expected)
