@@ -3,6 +3,8 @@
 The reference for each image is diffusers' own ``SD3Transformer2DModel`` with its stock ``JointAttnProcessor2_0``
 (no mask), fed the conditioning of that image's prompt encoded ALONE (exactly n + Q rows, no pads). Every DiT call of
 the rollout, the policy loss (policy DiT, frozen reference DiT) and evaluation is recorded and checked row by row.
+Here the trained DiT is a plain copy; the same check through real DeepSpeed engines (ZeRO-2, ZeRO-3) and the EMA DiT
+that evaluation uses is tests/models/test_dit_text_mask_deepspeed.py.
 """
 
 import copy
@@ -10,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from diffusers.models.attention_processor import JointAttnProcessor2_0
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, EvalPrompt
 from deepgen_rl.evaluation.generate import generate_eval_images
@@ -19,64 +20,27 @@ from deepgen_rl.models.deepgen.dit_attention import TextMaskedJointAttnProcessor
 from deepgen_rl.rl.samplers import make_sigmas
 from deepgen_rl.rollout import rollout
 from deepgen_rl.trainer.policy import PieceInputs, policy_piece_loss
-
-PROMPTS = ["a cat", "two dogs run across a green field under a clear sky at night with many people",
-           "a red apple on a wooden table"]
-ATOL = 1e-5
-
-
-def _plain_dit(dit):
-    plain = copy.deepcopy(dit)
-    plain.set_attn_processor(JointAttnProcessor2_0())
-    return plain.float().eval()
-
-
-class Recorder:
-    """Wraps ``model.predict_velocity``: keeps (latents, sigma, cond, transformer, output) of every call."""
-
-    def __init__(self, model, monkeypatch):
-        self.calls = []
-        original = model.predict_velocity
-
-        def recording(latents, sigma, cond, transformer=None):
-            out = original(latents, sigma, cond, transformer=transformer)
-            self.calls.append((latents.detach().clone(), torch.as_tensor(sigma).detach().clone(), cond,
-                               transformer, out.detach().clone()))
-            return out
-
-        monkeypatch.setattr(model, "predict_velocity", recording)
+from tests.models.text_mask_checks import ATOL, PROMPTS, Recorder, compare_with_alone, encode_alone
+from tests.models.text_mask_checks import plain_dit as _plain_dit
 
 
 @pytest.fixture(scope="module")
 def alone(tiny_model):
     """prompt -> its Conditioning encoded alone (n + Q rows, all real)."""
-    out = {p: tiny_model.encode_prompts([p]) for p in PROMPTS + [""]}
-    assert len({c.prompt_embeds.shape[1] for c in out.values()}) == len(out)  # all lengths differ
-    return out
+    return encode_alone(tiny_model)
 
 
 def check_against_alone(model, calls, alone, min_masked_calls=1):
     """Every recorded row equals the plain DiT (same weights) fed only the matching prompt's own rows."""
     plain_cache = {}
-    masked = 0
-    for latents, sigma, cond, transformer, out in calls:
+
+    def reference_for(transformer):
         dit = model.transformer if transformer is None else transformer
-        plain = plain_cache.setdefault(id(dit), _plain_dit(dit))
-        masked += cond.trimmed().text_mask is not None
-        sigma = sigma.reshape(-1).expand(latents.shape[0])
-        for i in range(len(cond)):
-            matches = [p for p, c in alone.items()
-                       if torch.allclose(c.pooled_embeds[0], cond.pooled_embeds[i].float(), atol=1e-6, rtol=0)]
-            assert len(matches) == 1, matches
-            ref_cond = alone[matches[0]]
-            n_rows = int(cond.mask[i].sum())
-            assert n_rows == ref_cond.prompt_embeds.shape[1] and cond.mask[i, :n_rows].all()
-            with torch.no_grad():
-                ref = plain(hidden_states=latents[i:i + 1].float(), encoder_hidden_states=ref_cond.prompt_embeds,
-                            pooled_projections=ref_cond.pooled_embeds, timestep=sigma[i:i + 1].float() * 1000.0,
-                            return_dict=False)[0]
-            torch.testing.assert_close(out[i:i + 1].float(), ref, atol=ATOL, rtol=0)
-    assert masked >= min_masked_calls, "no call mixed prompt lengths: the test would prove nothing"
+        return plain_cache.setdefault(id(dit), _plain_dit(dit))
+
+    result = compare_with_alone(calls, alone, reference_for)
+    assert result["max_abs_diff"] <= ATOL, result
+    assert result["masked_calls"] >= min_masked_calls, "no call mixed prompt lengths: the test would prove nothing"
 
 
 def test_conditioning_carries_its_mask_through_batch_ops():
@@ -128,7 +92,7 @@ def test_masked_processor_equals_unpadded_dit_on_random_pads(tiny_model):
 @pytest.mark.parametrize("cfg_scale", [0.0, 4.5])
 def test_rollout_and_policy_loss_velocities_equal_each_prompt_alone(tiny_model, alone, monkeypatch, cfg_scale):
     items = [SimpleNamespace(prompt=p, dataset="d", group_id=g, prompt_index=g) for g, p in enumerate(PROMPTS)]
-    rec = Recorder(tiny_model, monkeypatch)
+    rec = Recorder(tiny_model, monkeypatch.setattr)
     sigmas = make_sigmas(2, tiny_model.scheduler_shift)
     batch = rollout(tiny_model, items, rollout_n=2, micro_batch_size=4, sigmas=sigmas,
                     stochastic=torch.ones(2, dtype=torch.bool), sampler="cps_sde", eta=1.0, cfg_scale=cfg_scale,
@@ -155,7 +119,7 @@ def test_rollout_and_policy_loss_velocities_equal_each_prompt_alone(tiny_model, 
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 4.0])
 def test_evaluation_velocities_equal_each_prompt_alone(tiny_model, alone, monkeypatch, tmp_path, cfg_scale):
-    rec = Recorder(tiny_model, monkeypatch)
+    rec = Recorder(tiny_model, monkeypatch.setattr)
     spec = EvalDatasetSpec(name="mix", path=tmp_path / "mix.txt",
                            prompts=[EvalPrompt(i, p) for i, p in enumerate(PROMPTS)], cfg_scale=cfg_scale,
                            num_inference_steps=2, duplicates=1)
