@@ -171,12 +171,13 @@ def test_unexpected_exception_is_a_json_500(monkeypatch):
     from fastapi.testclient import TestClient
 
     from deepgen_rl.services.ocr import app as app_module
+    from deepgen_rl.services.ocr import scoring
     from deepgen_rl.services.ocr.config import OcrServiceConfig
 
     def boom(prompt):
         raise RuntimeError("extraction exploded")
 
-    monkeypatch.setattr(app_module, "extract_target_texts", boom)
+    monkeypatch.setattr(scoring, "extract_target_texts", boom)  # what ocr_local.wants calls
     client = TestClient(app_module.create_app(OcrServiceConfig(threads=1, ort_threads=1)),
                         raise_server_exceptions=False)
     response = client.post("/score", json={"images": [b64(Image.new("RGB", (8, 8)))], "prompts": ['"x"']})

@@ -1,6 +1,7 @@
 """The reward server started for real: remote == in-process scores, micro-batching, replicas, and hardening
-(bounded JSON nesting, header/body timeouts, SIGTERM with partial requests, pixel budget before decoding, decoding
-only scored images, one-line disconnect logs, docs behind the token, 1,000 malformed requests)."""
+(bounded JSON nesting on a kept-alive connection, Connection: close exactly on 500 and 408, header/body timeouts,
+SIGTERM with partial requests, pixel budget before decoding, decoding only what the reward wants, one-line
+disconnect logs, docs behind the token). Connection behaviour is checked with an h11 client on one raw socket."""
 import base64
 import io
 import json
@@ -14,9 +15,13 @@ import pytest
 import torch
 from PIL import Image
 
+from raw_http import H11Client, uvicorn_thread
+
 from deepgen_rl.rewards import get_reward
 from deepgen_rl.rewards.testing import build_tiny_clip
 from deepgen_rl.services.ocr.launch import OcrServiceProcess
+from deepgen_rl.services.reward.app import RewardScorer, create_app
+from deepgen_rl.services.reward.config import ServiceConfig
 from deepgen_rl.services.reward.launch import RewardServerProcess
 
 TOKEN = "tok-456"
@@ -105,20 +110,53 @@ def _closed_within(sock, seconds) -> tuple[bool, bytes]:
         return False, received
 
 
-def test_deep_nesting_is_400_and_keeps_the_connection(hardened):
-    with httpx.Client(headers={**AUTH, "content-type": "application/json"}) as client:
-        # depth 1e6 of arrays fits REWARD_MAX_BODY_BYTES=2e6; objects take 6 bytes a level
-        cases = [("[", "]", 1_000), ("[", "]", 100_000), ("[", "]", 999_000),
-                 ('{"a":', "}", 1_000), ('{"a":', "}", 100_000), ('{"a":', "}", 300_000)]
-        for opener, closer, depth in cases:
-            response = client.post(f"{hardened.url}/score/brightness", content=opener * depth + "1" + closer * depth)
-            assert response.status_code == 400 and "REWARD_MAX_JSON_DEPTH" in response.json()["error"]
-        nested_meta = {"images": [b64(imgs(1)[0])], "prompts": ["x"], "metadata": [{"a": [[[[[[[[[[[[]]]]]]]]]]]]}]}
-        assert client.post(f"{hardened.url}/score", json=nested_meta).status_code == 200
-        deep_meta = {"images": [b64(imgs(1)[0])], "prompts": ["x"], "metadata": [json.loads("[" * 40 + "]" * 40)]}
-        assert client.post(f"{hardened.url}/score", json=deep_meta).status_code == 400
-        assert client.post(f"{hardened.url}/score", json={"images": [b64(imgs(1)[0])], "prompts": ["x"]}).json()[
-            "scores"][0] is not None
+JSON_AUTH = (("Content-Type", "application/json"), ("Authorization", f"Bearer {TOKEN}"))
+
+
+def test_deep_nesting_is_400_on_one_kept_alive_connection(hardened):
+    """Every request on ONE socket (h11): a 400 without Connection: close, and the next request is answered."""
+    client = H11Client(hardened.port)
+    # depth 1e6 of arrays fits REWARD_MAX_BODY_BYTES=2e6; objects take 6 bytes a level
+    cases = [("[", "]", 1_000), ("[", "]", 100_000), ("[", "]", 999_000),
+             ('{"a":', "}", 1_000), ('{"a":', "}", 100_000), ('{"a":', "}", 300_000)]
+    for opener, closer, depth in cases:
+        status, headers, body = client.request("POST", "/score/brightness",
+                                               (opener * depth + "1" + closer * depth).encode(), JSON_AUTH)
+        assert status == 400 and "REWARD_MAX_JSON_DEPTH" in json.loads(body)["error"]
+        assert headers.get("connection") != "close"
+    nested_meta = {"images": [b64(imgs(1)[0])], "prompts": ["x"], "metadata": [{"a": [[[[[[[[[[[[]]]]]]]]]]]]}]}
+    assert client.request("POST", "/score", json.dumps(nested_meta).encode(), JSON_AUTH)[0] == 200
+    deep_meta = {"images": [b64(imgs(1)[0])], "prompts": ["x"], "metadata": [json.loads("[" * 40 + "]" * 40)]}
+    assert client.request("POST", "/score", json.dumps(deep_meta).encode(), JSON_AUTH)[0] == 400
+    status, _, body = client.request("POST", "/score", json.dumps({"images": [b64(imgs(1)[0])],
+                                                                   "prompts": ["x"]}).encode(), JSON_AUTH)
+    assert status == 200 and json.loads(body)["scores"][0] is not None
+    assert not client.server_closed(timeout=0.5)  # still open: 9 requests, 1 connection
+    client.close()
+
+
+class _BrokenWants:
+    """A reward whose ``wants`` raises: a bug outside the scoring threads, so the server answers 500."""
+
+    name = "broken"
+
+    def wants(self, prompt, meta):
+        raise RuntimeError("bug in wants")
+
+
+def test_a_500_sends_connection_close_and_the_server_closes():
+    app = create_app(ServiceConfig(), {"broken": [RewardScorer(_BrokenWants())],
+                                       "brightness": [RewardScorer(get_reward("brightness"))]})
+    body = json.dumps({"images": [b64(imgs(1)[0])], "prompts": ["x"]}).encode()
+    json_only = (("Content-Type", "application/json"),)
+    with uvicorn_thread(app) as port:
+        client = H11Client(port)
+        assert client.request("POST", "/score/brightness", body, json_only)[0] == 200  # keep-alive before
+        status, headers, answer = client.request("POST", "/score/broken", body, json_only)
+        assert status == 500 and headers["connection"] == "close"
+        assert json.loads(answer)["error"] == "internal error: RuntimeError: bug in wants"
+        assert client.server_closed(timeout=5)
+        client.close()
 
 
 def test_partial_headers_and_bodies_time_out(hardened):
@@ -133,6 +171,7 @@ def test_partial_headers_and_bodies_time_out(hardened):
                                   b"\r\nContent-Length: 1000\r\n\r\n{\"ima")
     closed, answer = _closed_within(partial_body, 6)
     assert answer.startswith(b"HTTP/1.1 408") and closed
+    assert b"\r\nconnection: close\r\n" in answer.lower()
     assert httpx.get(f"{hardened.url}/health").status_code == 200
 
 
@@ -201,3 +240,42 @@ def test_sigterm_is_not_blocked_by_partial_requests(tmp_path):
         for sock in held:
             sock.close()
         server.stop()
+
+
+class _FixedDogs:
+    def detect(self, image, classes):
+        from deepgen_rl.rewards.geneval import Detection
+
+        return [Detection("dog", 0.95, (0, 0, 10, 10))]
+
+
+def test_server_decodes_only_the_images_the_reward_wants(monkeypatch):
+    """geneval without metadata or template and ocr_vlm without quoted text: null without error, never decoded
+    (a corrupt image there is not even noticed), and ocr_vlm sends no request to its (absent) VLM."""
+    from fastapi.testclient import TestClient
+
+    from deepgen_rl.services.reward import validation
+
+    decoded = []
+    real_decode = validation._decode_pixels
+    monkeypatch.setattr(validation, "_decode_pixels", lambda enc, i: decoded.append(i) or real_decode(enc, i))
+    good = b64(imgs(1)[0])
+    corrupt = base64.b64encode(base64.b64decode(good)[:60]).decode()  # header readable, pixels truncated
+    scorers = {"geneval": [RewardScorer(get_reward("geneval", detector=_FixedDogs()))],
+               "ocr_vlm": [RewardScorer(get_reward("ocr_vlm", url="http://127.0.0.1:9", max_retries=0))]}
+    with TestClient(create_app(ServiceConfig(), scorers)) as client:
+        answer = client.post("/score/geneval", json={
+            "images": [good, corrupt, corrupt], "prompts": ["x", "a cat on a sofa", "a photo of a dog"],
+            "metadata": [{"include": [{"class": "dog", "count": 1}]}, {}, {"tag": "other"}]})
+        assert answer.status_code == 400 and decoded == [0, 2]  # the template prompt is wanted: decoded, corrupt
+        decoded.clear()
+        answer = client.post("/score/geneval", json={
+            "images": [good, corrupt], "prompts": ["x", "a cat on a sofa"],
+            "metadata": [{"include": [{"class": "dog", "count": 1}]}, {}]})
+        assert answer.status_code == 200 and decoded == [0]
+        assert answer.json()["scores"] == [1.0, None] and answer.json()["errors"] == [None, None]
+        decoded.clear()
+        answer = client.post("/score/ocr_vlm", json={"images": [corrupt, corrupt], "prompts": ["no text", "plain"]})
+        assert answer.status_code == 200 and answer.json()["scores"] == [None, None] and decoded == []
+        stats = client.get("/stats").json()
+        assert stats["images_received"] == 7 and stats["images_scored"] == 1 and stats["reward_calls"] == 1

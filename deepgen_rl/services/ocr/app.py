@@ -27,14 +27,6 @@ from deepgen_rl.services.reward.protocol import serve
 
 from . import engine
 from .config import OcrServiceConfig
-from .scoring import extract_target_texts
-
-
-class OcrScorer(RewardScorer):
-    """``ocr_local`` behind the server: only prompts with quoted target text are scored; ``texts`` is returned."""
-
-    def select(self, prompts, metadata) -> list[int]:
-        return [i for i, prompt in enumerate(prompts) if extract_target_texts(prompt)]
 
 
 def create_app(config: OcrServiceConfig | None = None) -> FastAPI:
@@ -42,7 +34,8 @@ def create_app(config: OcrServiceConfig | None = None) -> FastAPI:
 
     config = config or OcrServiceConfig.from_env()
     engine.set_onnxruntime_threads(config.ort_threads)
-    scorer = OcrScorer(get_reward("ocr_local"), extra_fields={"texts": ""})
+    # ocr_local.wants: only prompts with quoted target text are decoded and OCR'd; ``texts`` is returned
+    scorer = RewardScorer(get_reward("ocr_local"), extra_fields={"texts": ""})
     return create_reward_app(config, {"ocr_local": [scorer] * max(1, config.threads)},
                              title="DeepGen-RL OCR reward service", stats_aliases={"images_ocr": "images_scored"},
                              micro_batch=False, chunk_size=1)
@@ -60,7 +53,9 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, flag) is not None:
             os.environ[env] = str(getattr(args, flag))
     config = OcrServiceConfig.from_env()
-    serve("deepgen_rl.services.ocr.app:create_app", config, log_level=args.log_level)
+    status = serve("deepgen_rl.services.ocr.app:create_app", config, log_level=args.log_level)
+    if status:
+        raise SystemExit(status)
 
 
 if __name__ == "__main__":

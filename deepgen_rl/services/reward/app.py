@@ -8,9 +8,11 @@ Endpoints (API and limits in docs/rewards.md):
   POST /score  the same, when the server hosts exactly one reward
 
 Per-image semantics: an image gets a number, or null with an error string (its scoring failed -- the rest of the
-request is still scored, 200), or null without an error (the reward has nothing to score for it, e.g. a prompt
-without quoted text for OCR; such images are not even decoded). Bad input answers 4xx (see ``validation``); any
-other unexpected exception answers 500 with ``{"error": "internal error: <ExceptionType>: <message>"}``.
+request is still scored, 200), or null without an error (the reward has nothing to score for it: ``Reward.wants`` is
+False, e.g. a prompt without quoted text for OCR; such images are not even decoded). Bad input answers 4xx (see
+``validation``); any other unexpected exception answers 500 with ``{"error": "internal error: <ExceptionType>:
+<message>"}``. A 500 and a 408 (body timeout) send ``Connection: close`` and the server closes the connection after
+them; every other 4xx keeps it alive (an unread body is discarded by uvicorn, bounded by the header timeout).
 When a token is set, /score and /stats need ``Authorization: Bearer <token>`` and /docs, /openapi.json are off.
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ logger = logging.getLogger("deepgen_rl.reward_server")
 class RewardScorer:
     """Adapts an in-process :class:`deepgen_rl.rewards.Reward` to the server.
 
-    ``select`` picks the images worth decoding and scoring (all, by default). ``score_batch`` calls the reward once:
+    ``select`` picks the images worth decoding and scoring: those the reward ``wants`` (the others answer null
+    without an error and are never decoded). ``score_batch`` calls the reward once:
     a valid sample becomes its score; an invalid one becomes null with ``info["image_errors"][i]`` as its error
     (null for "nothing to score") when the reward fills that list, else with ``"<name>: not scored (valid=False)"``.
     ``extra_fields`` maps a per-image list in the
@@ -50,7 +53,8 @@ class RewardScorer:
         self.extra_fields = dict(extra_fields or {})
 
     def select(self, prompts: Sequence[str], metadata: Sequence[dict]) -> list[int]:
-        return list(range(len(prompts)))
+        wants = getattr(self.reward, "wants", None)
+        return [i for i, (p, m) in enumerate(zip(prompts, metadata)) if wants is None or wants(p, m)]
 
     def score_batch(self, images, prompts, metadata) -> list[ImageResult]:
         out = self.reward(images, prompts, metadata)
@@ -98,10 +102,11 @@ def create_app(config: ServiceConfig, scorers: Mapping[str, Sequence[RewardScore
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         stats["requests_rejected"] += 1
-        headers = {"Retry-After": "1"} if exc.status_code == 429 else None
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else headers
-        if exc.status_code == 408:
-            headers = {"Connection": "close"}
+        headers = {"Retry-After": "1"} if exc.status_code == 429 else {}
+        if exc.status_code == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        if exc.close:  # a 408: the rest of the body may still come, so this connection cannot carry a next request
+            headers["Connection"] = "close"
         return JSONResponse({"error": exc.message}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
@@ -204,8 +209,8 @@ async def _read_body(request: Request, config: ServiceConfig) -> bytes | None:
         except (asyncio.TimeoutError, TimeoutError):
             logger.warning("client %s: body not received within %s=%ss; answering 408",
                            _peer(request), config.env("body_timeout_s"), config.body_timeout_s)
-            raise ApiError(408, f"body not received within {config.env('body_timeout_s')}={config.body_timeout_s}s")\
-                from None
+            raise ApiError(408, f"body not received within {config.env('body_timeout_s')}={config.body_timeout_s}s",
+                           close=True) from None
         except ClientDisconnect:
             logger.warning("client %s disconnected after sending %d body bytes", _peer(request), size)
             return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 logger = logging.getLogger("deepgen_rl.reward_server")
@@ -67,14 +68,20 @@ class TimedH11Protocol(H11Protocol):
             self.transport.close()
 
 
-def serve(app_target: str, config, *, log_level: str = "info") -> None:
-    """Run ``app_target`` (an ``module:factory`` string) with uvicorn, the timeouts of ``config`` and its workers."""
+def serve(app, config, *, log_level: str = "info") -> int:
+    """Run ``app`` with uvicorn, the timeouts of ``config`` and its workers; the exit status (0, or
+    ``STARTUP_FAILURE`` when the server or a worker could not start).
+
+    ``app`` is an ASGI app (one process: it is served as it is, nothing is built again) or a ``module:factory``
+    string, required for ``config.workers > 1`` (each worker calls the factory).
+    """
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     os.environ[HEADER_TIMEOUT_ENV] = str(config.header_timeout_s)
-    uvicorn.run(
-        app_target,
-        factory=True,
+    uconfig = uvicorn.Config(
+        app,
+        factory=isinstance(app, str),
         host=config.host,
         port=config.port,
         workers=config.workers,
@@ -83,3 +90,13 @@ def serve(app_target: str, config, *, log_level: str = "info") -> None:
         timeout_keep_alive=int(max(1, config.keep_alive_s)),
         timeout_graceful_shutdown=int(max(1, config.graceful_shutdown_s)),
     )
+    if config.workers > 1:
+        if not isinstance(app, str):
+            raise ValueError(f"{config.env('workers')}={config.workers} needs the app as a 'module:factory' string")
+        # uvicorn.run's multi-worker branch, keeping the supervisor to read its workers' exit codes
+        supervisor = Multiprocess(uconfig, sockets=[uconfig.bind_socket()])
+        supervisor.run()
+        return STARTUP_FAILURE if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes) else 0
+    server = uvicorn.Server(uconfig)
+    server.run()
+    return 0 if server.started else STARTUP_FAILURE

@@ -7,18 +7,27 @@ Parallelism: ``--devices cuda:0,cuda:1`` builds one replica of each reward per d
 thread that pulls from a shared queue (data parallel); without devices, ``--threads`` scoring threads share one
 replica (rewards are thread-safe by contract). ``--workers`` starts several uvicorn processes, each with its own
 replicas. Micro-batching (several requests' images in one reward call, at most ``--max_batch``) is on by default when
-CUDA is available (``--micro_batch auto``).
+CUDA is available (``--micro_batch auto``, :func:`micro_batch_enabled`).
+
+Start-up loads every model once: the parent first checks each reward's kwargs and weights paths without loading
+anything (:func:`deepgen_rl.rewards.base.preflight_reward`); with one worker it then builds the app itself and serves
+it in-process; with several, only the workers build (the parent holds no model), and a worker that cannot build its
+rewards exits with uvicorn's STARTUP_FAILURE status, which stops the whole server instead of a restart loop.
 """
 from __future__ import annotations
 
 import argparse
 import inspect
 import json
+import logging
 import os
+import sys
 
 from .app import RewardScorer, create_app
 from .config import ServiceConfig
-from .protocol import serve
+from .protocol import STARTUP_FAILURE, serve
+
+logger = logging.getLogger("deepgen_rl.reward_server")
 
 SPEC_ENV = "DEEPGEN_REWARD_SERVER_SPEC"  # JSON written by main(): worker processes rebuild the app from it
 
@@ -54,14 +63,34 @@ def build_scorers(rewards: list[str], reward_kwargs: dict, devices: list[str], t
     return scorers
 
 
-def create_app_from_env():
-    """uvicorn factory: the app described by ``$DEEPGEN_REWARD_SERVER_SPEC`` and the ``REWARD_*`` env vars."""
-    spec = json.loads(os.environ[SPEC_ENV])
+def micro_batch_enabled(mode: str) -> bool:
+    """``--micro_batch``: "on", "off", or "auto" = on exactly when ``torch.cuda.is_available()``."""
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"--micro_batch must be auto, on or off, got {mode!r}")
+    return _cuda_available() if mode == "auto" else mode == "on"
+
+
+def app_from_spec(spec: dict):
+    """The app for ``spec`` ({rewards, reward_kwargs, devices, micro_batch}) and the ``REWARD_*`` env vars."""
     config = ServiceConfig.from_env("REWARD_")
-    micro = spec["micro_batch"]
-    micro_batch = _cuda_available() if micro == "auto" else micro == "on"
     scorers = build_scorers(spec["rewards"], spec["reward_kwargs"], spec["devices"], config.threads)
-    return create_app(config, scorers, micro_batch=micro_batch)
+    return create_app(config, scorers, micro_batch=micro_batch_enabled(spec["micro_batch"]))
+
+
+def create_app_from_env():
+    """uvicorn worker factory: :func:`app_from_spec` of ``$DEEPGEN_REWARD_SERVER_SPEC``. A reward that cannot be
+    built exits the worker with STARTUP_FAILURE (one error line), so uvicorn stops the server instead of restarting
+    the worker forever."""
+    try:
+        return app_from_spec(json.loads(os.environ[SPEC_ENV]))
+    except Exception as exc:  # noqa: BLE001 -- any build failure: report it in one line and stop the server
+        logger.error("deepgen_rl: error: reward server worker %d cannot build its rewards: %s: %s", os.getpid(),
+                     type(exc).__name__, exc)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # os._exit, not sys.exit: interpreter shutdown (torch, transformers) can outlast uvicorn's 5 s worker
+        # health check, which then kills the worker (-9, not STARTUP_FAILURE) and starts another: a restart loop.
+        os._exit(STARTUP_FAILURE)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -98,15 +127,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _fail(message: str) -> None:
+    print(f"deepgen_rl: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
+    from deepgen_rl.rewards.base import preflight_reward
+
     args = parse_args(argv)
     for flag, env in (("host", "REWARD_HOST"), ("port", "REWARD_PORT"), ("workers", "REWARD_WORKERS"),
                       ("threads", "REWARD_THREADS"), ("max_batch", "REWARD_MAX_BATCH")):
         if getattr(args, flag) is not None:
             os.environ[env] = str(getattr(args, flag))
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-    os.environ[SPEC_ENV] = json.dumps({"rewards": args.reward, "reward_kwargs": args.reward_kwargs_dict,
-                                       "devices": devices, "micro_batch": args.micro_batch})
+    spec = {"rewards": args.reward, "reward_kwargs": args.reward_kwargs_dict, "devices": devices,
+            "micro_batch": args.micro_batch}
+    os.environ[SPEC_ENV] = json.dumps(spec)
     config = ServiceConfig.from_env("REWARD_")
-    create_app_from_env()  # fail fast (bad weights path, bad kwargs) before uvicorn starts
-    serve("deepgen_rl.services.reward.server:create_app_from_env", config, log_level=args.log_level)
+    for name in args.reward:  # cheap: kwargs and weights paths, nothing loaded
+        try:
+            preflight_reward(name, **args.reward_kwargs_dict.get(name, {}))
+        except ValueError as exc:
+            _fail(str(exc))
+    if config.workers > 1:  # each worker builds its own replicas; the parent loads nothing
+        status = serve("deepgen_rl.services.reward.server:create_app_from_env", config, log_level=args.log_level)
+    else:  # build once, here, and serve this very app (a build error is reported before binding the port)
+        try:
+            app = app_from_spec(spec)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            _fail(f"cannot build the rewards: {type(exc).__name__}: {exc}")
+        status = serve(app, config, log_level=args.log_level)
+    if status:
+        raise SystemExit(status)

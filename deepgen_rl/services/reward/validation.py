@@ -32,10 +32,13 @@ _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string literal
 
 
 class ApiError(Exception):
-    def __init__(self, status_code: int, message: str):
+    """A 4xx answer; ``close``: answer with ``Connection: close`` and close the connection (the 408 body timeout)."""
+
+    def __init__(self, status_code: int, message: str, *, close: bool = False):
         super().__init__(message)
         self.status_code = status_code
         self.message = message
+        self.close = close
 
 
 @dataclass
