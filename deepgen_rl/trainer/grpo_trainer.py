@@ -35,7 +35,7 @@ from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam
                                                  dit_hidden_size, partitioned_fraction)
 from deepgen_rl.rl.objectives import OBJECTIVES, PieceInputs
 from deepgen_rl.trainer.ema import PartitionedEMA
-from deepgen_rl.trainer.policy import policy_piece_loss
+from deepgen_rl.trainer.policy import UpdateStats, policy_piece_loss
 from deepgen_rl.trainer.reward_overlap import GroupedRewardScheduler
 from deepgen_rl.trainer.reward_workers import DaemonExecutor
 from deepgen_rl.trainer.visuals import save_sample_grid
@@ -359,7 +359,7 @@ class DeepGenGRPOTrainer(Trainer):
         pieces = [(mb, j) for mb in mbs for j in trained]
         inputs = self.piece_inputs()
         self._boundary_backward_done = False
-        acc: dict[str, float] = {}
+        sums = UpdateStats()  # on the device: the update's statistics reach the host in one transfer, at the end
         nonfinite = 0
         total_backward = len(pieces) + (1 if lam > 0 else 0)
         done = 0
@@ -373,28 +373,28 @@ class DeepGenGRPOTrainer(Trainer):
                 nonfinite += 1
                 continue
             self._backward(loss * scale, is_last=done == total_backward)
-            for k, v in stats.items():
-                acc[k] = acc.get(k, 0.0) + v * len(mb) / n / len(trained)
+            sums.add(stats, len(mb), n, len(trained))
             if update_index == 0:  # before the first optimizer step the policy IS the rollout policy
-                acc["first_ratio_max_abs_dev"] = max(acc.get("first_ratio_max_abs_dev", 0.0),
-                                                     stats.get("ratio_max_abs_dev", 0.0))
+                sums.running_max("first_ratio_max_abs_dev", stats, "ratio_max_abs_dev")
         if lam > 0:
             with self.autocast():
                 sft_loss, sft_stats = self.sftaux.loss(transformer=self.dit_forward)
             done += 1
             if self._all_finite(sft_loss):
                 self._backward(sft_loss * lam, is_last=True)
-                acc["sft_loss"] = float(sft_loss.detach())
+                sums.set("sft_loss", sft_loss)
             else:
                 nonfinite += 1
-        acc["nonfinite_losses"] = float(nonfinite)
         skip = nonfinite == total_backward
         if not skip and self.engine is not None and not self._boundary_backward_done:
             # The last piece was non-finite and skipped, so no backward ran at DeepSpeed's accumulation boundary
             # (where ZeRO reduces the accumulated gradients). Close it with a backward of an exactly-zero loss
             # that touches every DiT parameter through a real forward.
             self._zero_boundary_backward(batch)
-        acc["grad_norm"] = self._optimizer_step(skip)
+        grad_norm = self._optimizer_step(skip)
+        acc = sums.to_host()
+        acc["nonfinite_losses"] = float(nonfinite)
+        acc["grad_norm"] = grad_norm
         return acc
 
     def piece_inputs(self) -> PieceInputs:
@@ -416,10 +416,12 @@ class DeepGenGRPOTrainer(Trainer):
         self._backward(v.float().sum() * 0.0, is_last=True)
 
     def _all_finite(self, loss: torch.Tensor) -> bool:
-        flag = torch.tensor([0.0 if torch.isfinite(loss.detach()).all() else 1.0])
+        """``loss`` is finite on every rank. The one host sync per piece that stays: it decides whether the piece's
+        backward runs, and every rank must decide alike before the backward's collectives."""
+        bad = torch.isfinite(loss.detach()).all().logical_not().float().reshape(1)
         if dist.is_dist():
-            flag = dist.all_gather_cat(flag).max().reshape(1)
-        return bool(flag.item() == 0.0)
+            bad = dist.all_gather_cat(bad).max().reshape(1)
+        return bad.item() == 0.0
 
     def _backward(self, loss: torch.Tensor, *, is_last: bool) -> None:
         if self.engine is not None:

@@ -1,13 +1,19 @@
 """One GRPO step, in-process on the tiny model: optimizer steps, ratio at the first update, VLM forwards,
-reward routing and failure handling."""
+reward routing and failure handling, host transfers per update."""
 
 from __future__ import annotations
 
+import sys
+
+import pytest
 import torch
 
 from deepgen_rl.rewards.base import Reward
 from deepgen_rl.rl.samplers import SDE_SAMPLERS
-from tests.trainer.helpers import run_inprocess, tiny_model
+from deepgen_rl.trainer.policy import PieceStats, UpdateStats
+from tests.trainer.helpers import DEMO_PROGRAMMATIC, ROOT, make_args, run_inprocess, tiny_model
+
+SFT_DEMO = str(ROOT / "assets/sftaux/demo.py")
 
 
 def test_one_optimizer_step_per_rollout_batch(tmp_path, monkeypatch):
@@ -144,3 +150,103 @@ def test_ema_follows_the_closed_form(tmp_path):
         assert torch.allclose(ema2[k], expected, atol=1e-6), k
         moved += int(not torch.equal(ema2[k], theta2[k]))
     assert moved > 0  # the EMA is not just a copy of the live weights
+
+
+def test_update_stats_equal_the_per_piece_float_sums_exactly():
+    """UpdateStats (device float64) against the host arithmetic the trainer did with one float per piece."""
+    g = torch.Generator().manual_seed(0)
+    pieces = [(PieceStats(("policy_loss", "ratio_max_abs_dev"), torch.randn(2, generator=g).abs()), count)
+              for count in (3, 4, 1, 4, 2)]
+    sums = UpdateStats()
+    host: dict[str, float] = {}
+    for stats, count in pieces:
+        sums.add(stats, count, 14, 3)
+        sums.running_max("first_ratio_max_abs_dev", stats, "ratio_max_abs_dev")
+        floats = dict(zip(stats.names, stats.tensor.tolist()))
+        for k, v in floats.items():
+            host[k] = host.get(k, 0.0) + v * count / 14 / 3
+        host["first_ratio_max_abs_dev"] = max(host.get("first_ratio_max_abs_dev", 0.0), floats["ratio_max_abs_dev"])
+    sums.set("sft_loss", torch.tensor(0.125, dtype=torch.bfloat16))
+    host["sft_loss"] = 0.125
+    assert sums.to_host() == host and list(sums.to_host()) == list(host)  # same values, same key order
+    assert UpdateStats().to_host() == {}
+    # read as a mapping, a piece's stats are floats (one copy for all of them)
+    stats = pieces[0][0]
+    assert set(stats) == {"policy_loss", "ratio_max_abs_dev"} and "kl" not in stats
+    assert all(isinstance(v, float) for v in stats.values())
+
+
+TRANSFERS = ("item", "tolist", "__float__", "__bool__", "__int__", "cpu", "numpy")
+
+
+def _update_transfers(tmp_path, monkeypatch, sftaux_dataset_config=None, **overrides):
+    """Per policy update: the tensor-to-host conversions (TRANSFERS) called from the update's code
+    (deepgen_rl/trainer, deepgen_rl/rl) outside the finite check, and per finite check its conversions.
+
+    Reads of the rollout batch's host-resident storage (σ schedule, CPU trajectory) are not device syncs and are not
+    counted. The DiT forward's own syncs (models/, e.g. the text-mask trim) are outside this count.
+    """
+    from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
+
+    code = (str(ROOT / "deepgen_rl/trainer"), str(ROOT / "deepgen_rl/rl"))
+    state = {"counter": None, "host": set()}
+    updates, finite_checks = [], []
+
+    def counting(name):
+        orig = getattr(torch.Tensor, name)
+
+        def wrapper(self, *a, **k):
+            counter = state["counter"]
+            if counter is not None and sys._getframe(1).f_code.co_filename.startswith(code) and \
+                    self.untyped_storage().data_ptr() not in state["host"]:
+                counter[-1] += 1
+            return orig(self, *a, **k)
+        return wrapper
+
+    orig_update, orig_finite = DeepGenGRPOTrainer._policy_update, DeepGenGRPOTrainer._all_finite
+
+    def update(self, batch, *a, **k):
+        state["host"] = {t.untyped_storage().data_ptr() for t in (batch.latents, batch.log_probs, batch.sigmas,
+                                                                   batch.stochastic, batch.cond_index)
+                         if t.device.type == "cpu"}
+        updates.append(0)
+        state["counter"] = updates
+        try:
+            return orig_update(self, batch, *a, **k)
+        finally:
+            state["counter"] = None
+
+    def finite(self, loss):
+        finite_checks.append(0)
+        state["counter"] = finite_checks
+        try:
+            return orig_finite(self, loss)
+        finally:
+            state["counter"] = updates
+
+    with monkeypatch.context() as mp:  # undone before the next run (which would otherwise wrap these wrappers)
+        for name in TRANSFERS:
+            mp.setattr(torch.Tensor, name, counting(name))
+        mp.setattr(DeepGenGRPOTrainer, "_policy_update", update)
+        mp.setattr(DeepGenGRPOTrainer, "_all_finite", finite)
+        trainer = DeepGenGRPOTrainer(tiny_model(), make_args(tmp_path, max_steps=2, **overrides),
+                                     dataset_config=DEMO_PROGRAMMATIC, sftaux_dataset_config=sftaux_dataset_config)
+        history = trainer.train(resume_from_checkpoint=False)
+    return updates, finite_checks, history
+
+
+@pytest.mark.parametrize("sft", [False, True])
+def test_host_transfers_per_update_do_not_grow_with_the_pieces(tmp_path, monkeypatch, sft):
+    """2 pieces (1 micro-batch x 2 steps) vs 20 (4 x 5), with and without the SFT term: the update's statistics
+    reach the host in ONE transfer (plus the gradient norm's), whatever the number of pieces; the one per-piece sync
+    left is the finite check, one transfer each (it decides whether the piece's backward runs)."""
+    extra = dict(sftaux_coef=0.5, sftaux_micro_batch_size=2, sftaux_dataset_config=SFT_DEMO) if sft else {}
+    runs = {}
+    for pieces, layout in ((2, dict(atrain_micro_batch_size=8, num_inference_steps=4, timestep_fraction=0.6)),
+                           (20, dict(atrain_micro_batch_size=2, num_inference_steps=6, timestep_fraction=0.9))):
+        runs[pieces] = _update_transfers(tmp_path / str(pieces), monkeypatch, **layout, **extra)
+    for pieces, (updates, finite_checks, history) in runs.items():
+        assert updates == [2, 2], (pieces, updates)  # the stats' to_host + the gradient norm, per update
+        assert finite_checks == [1] * 2 * (pieces + sft), (pieces, finite_checks)
+        assert all(m["train/nonfinite_losses"] == 0 and m["train/optimizer_steps"] > 0 for m in history)
+        assert ("train/sft_loss" in history[0]) == sft
