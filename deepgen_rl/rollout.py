@@ -23,13 +23,18 @@ from deepgen_rl.utils.seeding import make_generator
 
 
 def expand_groups(prompt_items, rollout_n: int) -> tuple[list[str], list[dict]]:
-    """Per-image prompts and metadata, image k of prompt item i at index i·rollout_n + k (the rollout's order)."""
+    """Per-image prompts and metadata, image k of prompt item i at index i·rollout_n + k (the rollout's order).
+
+    An image's metadata is its prompt's ``metadata`` (the prompt file's fields, e.g. GenEval's ``include``; optional
+    on the item) plus dataset, group_id, prompt_index and sample_index -- what every reward call receives.
+    """
     prompts, metadata = [], []
     for it in prompt_items:
+        extra = getattr(it, "metadata", None) or {}
         for k in range(rollout_n):
             prompts.append(it.prompt)
-            metadata.append({"dataset": it.dataset, "group_id": it.group_id, "prompt_index": it.prompt_index,
-                             "sample_index": k})
+            metadata.append({**extra, "dataset": it.dataset, "group_id": it.group_id,
+                             "prompt_index": it.prompt_index, "sample_index": k})
     return prompts, metadata
 
 
@@ -37,7 +42,7 @@ def expand_groups(prompt_items, rollout_n: int) -> tuple[list[str], list[dict]]:
 class RolloutBatch:
     """One rank's rollout. N images, T steps."""
     prompts: list[str]                 # (N) prompt of each image
-    metadata: list[dict]               # (N) dataset, group_id, prompt_index, ... per image
+    metadata: list[dict]               # (N) prompt-file fields + dataset, group_id, prompt_index, sample_index
     group_ids: torch.Tensor            # (N) int64, globally unique per prompt draw
     cond_index: torch.Tensor           # (N) row of `cond` holding the image's prompt conditioning
     cond: object                       # Conditioning of the unique prompts (U rows, on device)

@@ -1,4 +1,6 @@
-"""Rollout engine on the tiny model: noise sharing/independence, stored trajectories, log-probs, determinism."""
+"""Rollout engine on the tiny model: noise sharing/independence, stored trajectories, log-probs, determinism; the
+per-image metadata (prompt-file fields + rollout keys) that every reward call receives, through a real training
+step."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import pytest
 import torch
 
 from deepgen_rl.rl.samplers import make_sigmas, sde_step
-from deepgen_rl.rollout import rollout
+from deepgen_rl.rollout import expand_groups, rollout
 
 
 @dataclass
@@ -92,3 +94,56 @@ def test_cfg_uses_one_batched_forward(model):
         del model.predict_velocity
     assert calls == [8] * 4  # cond + uncond stacked, one forward per step
     assert b.num_prompt_encodings == 2  # the prompt + the empty prompt
+
+
+def test_expand_groups_puts_the_prompt_files_fields_under_the_rollout_keys():
+    from deepgen_rl.data.prompts import PromptItem
+
+    include = [{"class": "dog", "count": 2}]
+    items = [PromptItem("two dogs", "g", 0, 5, group_id=40, metadata={"tag": "counting", "include": include}),
+             Item("a cat", "t", group_id=41)]  # an item without metadata (rollout() accepts any such object)
+    prompts, metadata = expand_groups(items, 2)
+    assert prompts == ["two dogs", "two dogs", "a cat", "a cat"]
+    assert metadata[1] == {"tag": "counting", "include": include, "dataset": "g", "group_id": 40, "prompt_index": 5,
+                           "sample_index": 1}
+    assert metadata[2] == {"dataset": "t", "group_id": 41, "prompt_index": 0, "sample_index": 0}
+    metadata[0]["extra"] = 1  # each image has its own dict
+    assert "extra" not in metadata[1] and "extra" not in items[0].metadata
+
+
+def test_jsonl_fields_reach_the_rewards_in_a_training_step(tmp_path):
+    """A real (tiny) training step on a .jsonl of GenEval records whose prompts match no GenEval template: geneval
+    can only score them from the records' ``include`` lists, and a recording reward sees every record's fields."""
+    import json
+
+    from deepgen_rl.rewards import get_reward
+    from deepgen_rl.rewards.base import Reward
+    from deepgen_rl.rewards.geneval import Detection
+    from tests.trainer.helpers import run_inprocess
+
+    class OneDog:
+        def detect(self, image, classes):
+            return [Detection("dog", 0.95, (0, 0, 8, 8))]
+
+    class Recording(Reward):
+        def __init__(self):
+            self.seen = []
+
+        def score(self, images, prompts, metadata):
+            self.seen.extend(zip(prompts, metadata))
+            return torch.ones(len(images)), torch.ones(len(images), dtype=torch.bool), {}
+
+    records = [{"prompt": f"render number {i}", "tag": "single_object", "include": [{"class": "dog", "count": 1}],
+                "source_id": i} for i in range(8)]
+    (tmp_path / "g.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    (tmp_path / "m.yaml").write_text("datasets:\n  - name: g\n    path: g.jsonl\n    rewards:\n"
+                                     "      - geneval: 0.5\n      - rec: 0.5\n")
+    rec = Recording()
+    rewards = {"geneval": get_reward("geneval", detector=OneDog()), "rec": rec}
+    _, history = run_inprocess(tmp_path / "out", dataset_config=str(tmp_path / "m.yaml"), rewards=rewards,
+                               max_steps=1, rollout_n=4, rollout_micro_batch_size=8)
+    assert rec.seen and all(meta["source_id"] == int(p.rsplit(" ", 1)[1]) and meta["include"] == records[0]["include"]
+                            and meta["dataset"] == "g" for p, meta in rec.seen)
+    m = history[0]
+    assert m["reward_calls/geneval"] == len(rec.seen) and m["reward_failures/geneval"] == 0
+    assert m["reward/geneval"] == 1.0  # without the records' metadata every sample would be "nothing to score"

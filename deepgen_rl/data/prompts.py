@@ -14,7 +14,10 @@ YAML format (README.md#training-data)::
 ``sample_proportional``: P(dataset) ∝ len(dataset) · sample_weight (a weight of 2 doubles the chance relative to
 uniform sampling over all prompts). ``weight_only``: P(dataset) ∝ sample_weight, whatever its size.
 Prompt files: ``.txt`` (one prompt per line, blank lines skipped), ``.jsonl`` (``prompt`` or ``caption`` key),
-``.csv`` (a ``prompt`` column, e.g. UniGenBench files).
+``.csv`` (a ``prompt`` column, e.g. UniGenBench files). Per-prompt metadata: the other fields of a ``.jsonl`` record
+(e.g. GenEval's ``tag``/``include``/``exclude``) and the other non-empty columns of a ``.csv`` row travel with the
+prompt (``PromptItem.metadata``) into every reward call of its images (``rollout.expand_groups``); the keys the
+rollout sets itself (:data:`RESERVED_METADATA_KEYS`) are refused there.
 """
 
 from __future__ import annotations
@@ -32,18 +35,35 @@ import yaml
 from deepgen_rl.utils.seeding import make_generator
 
 SAMPLING_MODES = ("sample_proportional", "weight_only")
+# set per image by rollout.expand_groups; a prompt file may not carry them
+RESERVED_METADATA_KEYS = ("dataset", "group_id", "prompt_index", "sample_index")
 
 
-def read_prompt_file(path: str | os.PathLike) -> list[str]:
-    """Read prompts from a .txt, .jsonl or .csv file (see module docstring); raises naming the file if missing."""
+def _check_reserved(meta: dict, where: str) -> dict:
+    clash = sorted(set(meta) & set(RESERVED_METADATA_KEYS))
+    if clash:
+        raise ValueError(f"{where}: field(s) {clash} are set by the rollout for every image "
+                         f"({', '.join(RESERVED_METADATA_KEYS)}); rename them in the prompt file")
+    return meta
+
+
+def read_prompt_records(path: str | os.PathLike) -> tuple[list[str], list[dict]]:
+    """(prompts, per-prompt metadata) from a .txt, .jsonl or .csv file (see module docstring).
+
+    Metadata of a .jsonl record: every field but the one holding the prompt (``prompt``, else ``caption``); of a .csv
+    row: every other non-empty column (strings); of a .txt line: ``{}``. Raises naming the file (and line) if it is
+    missing or malformed, or if a record uses a reserved key.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"prompt file not found: {path}")
     suffix = path.suffix.lower()
     prompts: list[str] = []
+    metadata: list[dict] = []
     if suffix == ".txt":
         with path.open(encoding="utf-8") as f:
             prompts = [line.strip() for line in f if line.strip()]
+        metadata = [{} for _ in prompts]
     elif suffix == ".jsonl":
         with path.open(encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
@@ -53,21 +73,33 @@ def read_prompt_file(path: str | os.PathLike) -> list[str]:
                     record = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{lineno}: invalid JSON ({e})") from e
-                text = record.get("prompt", record.get("caption")) if isinstance(record, dict) else None
+                key = ("prompt" if "prompt" in record else "caption") if isinstance(record, dict) else None
+                text = record.get(key) if key else None
                 if not isinstance(text, str) or not text.strip():
                     raise ValueError(f"{path}:{lineno}: record has no non-empty 'prompt' or 'caption' string")
                 prompts.append(text.strip())
+                metadata.append(_check_reserved({k: v for k, v in record.items() if k != key}, f"{path}:{lineno}"))
     elif suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
             if reader.fieldnames is None or "prompt" not in reader.fieldnames:
                 raise ValueError(f"{path}: CSV needs a 'prompt' column (found {reader.fieldnames})")
-            prompts = [row["prompt"].strip() for row in reader if row.get("prompt") and row["prompt"].strip()]
+            for lineno, row in enumerate(reader, 2):
+                if not row.get("prompt") or not row["prompt"].strip():
+                    continue
+                prompts.append(row["prompt"].strip())
+                extra = {k: v for k, v in row.items() if k not in ("prompt", None) and isinstance(v, str) and v.strip()}
+                metadata.append(_check_reserved(extra, f"{path}:{lineno}"))
     else:
         raise ValueError(f"{path}: unsupported prompt file type {suffix!r} (use .txt, .jsonl or .csv)")
     if not prompts:
         raise ValueError(f"prompt file {path} holds no prompts")
-    return prompts
+    return prompts, metadata
+
+
+def read_prompt_file(path: str | os.PathLike) -> list[str]:
+    """The prompts of :func:`read_prompt_records` (without their metadata)."""
+    return read_prompt_records(path)[0]
 
 
 @dataclass
@@ -77,6 +109,7 @@ class PromptDataset:
     sample_weight: float
     reward_weights: dict[str, float]
     prompts: list[str] = field(repr=False)
+    metadata: list[dict] = field(default_factory=list, repr=False)  # per prompt (prompt-file fields); [] = none
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -185,9 +218,10 @@ def load_train_config(yaml_path: str | os.PathLike) -> TrainDataConfig:
         if not math.isfinite(weight) or weight <= 0:
             raise ValueError(f"{where}: sample_weight must be > 0, got {weight}")
         path = yaml_path.parent / str(entry["path"])
+        prompts, metadata = read_prompt_records(path)
         datasets.append(PromptDataset(name=name, path=str(path), sample_weight=weight,
-                                      reward_weights=_parse_rewards(entry.get("rewards"), where),
-                                      prompts=read_prompt_file(path)))
+                                      reward_weights=_parse_rewards(entry.get("rewards"), where), prompts=prompts,
+                                      metadata=metadata if any(metadata) else []))
     return TrainDataConfig(sampling_mode=mode, datasets=datasets, source=str(yaml_path))
 
 
@@ -198,6 +232,7 @@ class PromptItem:
     dataset_index: int      # index of the dataset in the config
     prompt_index: int       # index of the prompt inside its dataset
     group_id: int           # globally unique id of this prompt draw (its images form one GRPO group)
+    metadata: dict = field(default_factory=dict)  # the prompt file's fields for this prompt (e.g. GenEval's include)
 
 
 class DistributedPromptSampler:
@@ -258,7 +293,8 @@ class DistributedPromptSampler:
         for g in range(start, start + self.prompts_per_rank):
             d, p = draws[g]
             ds = self.config.datasets[d]
-            items.append(PromptItem(ds.prompts[p], ds.name, d, p, group_id=base + g))
+            items.append(PromptItem(ds.prompts[p], ds.name, d, p, group_id=base + g,
+                                    metadata=ds.metadata[p] if ds.metadata else {}))
         self.step_in_epoch += 1
         return items
 

@@ -143,3 +143,50 @@ def test_stream_identical_across_processes(tmp_path):
                            env={**os.environ, "PYTHONHASHSEED": str(h)}, cwd=ROOT, check=True).stdout
             for h in (1, 2)}
     assert len(outs) == 1
+
+
+GENEVAL_RECORDS = [
+    {"tag": "counting", "include": [{"class": "dog", "count": 2}], "exclude": [{"class": "dog", "count": 3}],
+     "prompt": "two dogs"},
+    {"tag": "single_object", "include": [{"class": "bench", "count": 1}], "prompt": "a bench"},
+]
+
+
+def test_prompt_files_carry_their_other_fields_as_metadata(tmp_path):
+    from deepgen_rl.data.prompts import read_prompt_records
+
+    jsonl = tmp_path / "geneval.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in GENEVAL_RECORDS) + '\n\n{"caption": "a cat", "key": "7"}\n')
+    prompts, metadata = read_prompt_records(jsonl)
+    assert prompts == ["two dogs", "a bench", "a cat"]
+    assert metadata == [{k: v for k, v in r.items() if k != "prompt"} for r in GENEVAL_RECORDS] + [{"key": "7"}]
+    csv_file = tmp_path / "p.csv"
+    csv_file.write_text("prompt,category,note\na red car,vehicle,\na blue bird,animal,fast\n")
+    assert read_prompt_records(csv_file) == (["a red car", "a blue bird"],
+                                             [{"category": "vehicle"}, {"category": "animal", "note": "fast"}])
+    txt = tmp_path / "p.txt"
+    txt.write_text("one\n\ntwo\n")
+    assert read_prompt_records(txt) == (["one", "two"], [{}, {}])
+    assert read_prompt_file(jsonl) == prompts
+    clash = tmp_path / "clash.jsonl"
+    clash.write_text('{"prompt": "a", "group_id": 3}\n')
+    with pytest.raises(ValueError, match=r"clash.jsonl:1: field\(s\) \['group_id'\] are set by the rollout"):
+        read_prompt_records(clash)
+
+
+def test_sampled_prompt_items_carry_their_records_metadata(tmp_path):
+    (tmp_path / "geneval.jsonl").write_text("\n".join(json.dumps(r) for r in GENEVAL_RECORDS) + "\n")
+    (tmp_path / "plain.txt").write_text("p1\np2\n")
+    (tmp_path / "m.yaml").write_text("datasets:\n  - name: g\n    path: geneval.jsonl\n    rewards: [geneval: 1.0]\n"
+                                     "  - name: t\n    path: plain.txt\n    rewards: [brightness: 1.0]\n")
+    cfg = load_train_config(tmp_path / "m.yaml")
+    assert cfg.datasets[1].metadata == []  # a .txt stores no per-prompt metadata at all
+    sampler = DistributedPromptSampler(cfg, prompts_per_rank=2, seed=0)
+    items = [it for _ in range(6) for it in sampler.next_batch()]
+    assert {it.dataset for it in items} == {"g", "t"}
+    for it in items:
+        if it.dataset == "g":
+            record = GENEVAL_RECORDS[it.prompt_index]
+            assert it.prompt == record["prompt"] and it.metadata == {k: v for k, v in record.items() if k != "prompt"}
+        else:
+            assert it.metadata == {}
