@@ -18,8 +18,10 @@ from PIL import Image
 
 from deepgen_rl.models.deepgen.conditioning import Conditioning
 from deepgen_rl.services.ocr.launch import free_port  # noqa: F401  (re-exported for the tests)
+from tests.shared_data import SHARED_DATA
 
-SHARED_UNIGENBENCH = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "unigenbench"
+SHARED_UNIGENBENCH = SHARED_DATA / "unigenbench"
+
 
 class FakeJudge:
     """Chat-completions server answering from ``table`` in the official answer layout (``<description>`` with
