@@ -82,8 +82,8 @@ def ctrl_c(proc, ready) -> tuple[float, dict[str, float], str, list]:
     """Wait for ``ready()``, then send ONE SIGINT to the run's foreground process group (as a terminal's Ctrl-C
     does: train.sh exec's python or torchrun; torchrun's workers live in their own sessions and get it from torchrun).
 
-    Returns (seconds until train.sh exited, ``{command line: seconds until that process of the run had exited}``,
-    the output, the processes still alive 30 s later, killed).
+    Returns (seconds until every process of the run had exited, ``{"pid command line": seconds until that process
+    exited}``, the run's output, the processes still alive 30 s later, which are then killed).
     """
     deadline = time.monotonic() + 300
     while not ready():
