@@ -184,7 +184,8 @@ def test_owlv2_detector_equals_a_hand_decoding_of_the_tiny_model(owlv2_dir):
     image = Image.new("RGB", (48, 32), (200, 10, 10))
     ImageDraw.Draw(image).rectangle((30, 4, 44, 20), fill=(20, 40, 220))
     classes = ["cat", "dog", "car"]
-    model, processor = Owlv2ForObjectDetection.from_pretrained(owlv2_dir).eval(), Owlv2Processor.from_pretrained(owlv2_dir)
+    model = Owlv2ForObjectDetection.from_pretrained(owlv2_dir).eval()
+    processor = Owlv2Processor.from_pretrained(owlv2_dir)
     inputs = processor(text=[[f"a photo of a {c}" for c in classes]], images=[image], return_tensors="pt")
     pixels = inputs["pixel_values"][0]  # [3, 32, 32]: 48x32 padded to 48x48, resized to 32x32
     mean, std = torch.tensor(processor.image_processor.image_mean), torch.tensor(processor.image_processor.image_std)
