@@ -186,6 +186,28 @@ def relations(a: Detection, b: Detection, threshold: float) -> set[str]:
     return out
 
 
+def metadata_problem(meta: dict) -> str | None:
+    """What is wrong with a GenEval metadata record (``include`` / ``exclude`` entries), or None when it is usable."""
+    include, exclude = meta.get("include"), meta.get("exclude", [])
+    if not isinstance(include, list) or not include or not isinstance(exclude, list):
+        return "'include' must be a non-empty list and 'exclude' a list"
+    for where, entries in (("include", include), ("exclude", exclude)):
+        for k, req in enumerate(entries):
+            if not isinstance(req, dict) or not isinstance(req.get("class"), str):
+                return f"{where}[{k}] needs a 'class' string, got {req!r}"
+            count = req.get("count", 1 if where == "include" else None)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                return f"{where}[{k}].count must be an integer >= 1, got {count!r}"
+            if where == "include" and "color" in req and req["color"] not in REFERENCE_COLORS:
+                return f"include[{k}].color {req['color']!r} is not one of GenEval's colours {list(REFERENCE_COLORS)}"
+            if where == "include" and "position" in req:
+                pos = req["position"]
+                if not (isinstance(pos, list) and len(pos) == 2 and pos[0] in RELATIONS and isinstance(pos[1], int)
+                        and not isinstance(pos[1], bool) and 0 <= pos[1] < k):
+                    return f"include[{k}].position must be [one of {list(RELATIONS)}, an earlier index], got {pos!r}"
+    return None
+
+
 def evaluate(image, detections: list[Detection], meta: dict, *, threshold: float = 0.3,
              counting_threshold: float = 0.9, max_objects: int = 16, nms_iou: float = 0.5,
              position_threshold: float = 0.1, colors: ColorClassifier | None = None) -> tuple[int, int, list[str]]:
@@ -337,11 +359,17 @@ class GenEvalReward(Reward):
     def score(self, images, prompts, metadata):
         n = len(images)
         scores, valid = torch.zeros(n), torch.zeros(n, dtype=torch.bool)
-        info = {"image_errors": [None] * n, "failures": [[] for _ in range(n)], "num_skipped_no_metadata": 0}
+        info = {"image_errors": [None] * n, "failures": [[] for _ in range(n)], "num_skipped_no_metadata": 0,
+                "num_bad_metadata": 0}
         for i, (image, prompt, meta) in enumerate(zip(images, prompts, metadata)):
             meta = self.requirements(prompt, meta)
             if meta is None:  # nothing to score: no error (as OCR without quoted text)
                 info["num_skipped_no_metadata"] += 1
+                continue
+            problem = metadata_problem(meta)
+            if problem is not None:  # a malformed record fails its own image only
+                info["num_bad_metadata"] += 1
+                info["image_errors"][i] = f"geneval: malformed GenEval metadata: {problem}"
                 continue
             classes = [r["class"] for r in meta["include"]] + [r["class"] for r in meta.get("exclude", [])]
             detections = self.detector.detect(image, classes)

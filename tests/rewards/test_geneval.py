@@ -138,6 +138,21 @@ def test_reward_strict_partial_nothing_to_score_and_batch_invariance():
     assert torch.equal(one_by_one, partial.scores)
 
 
+@pytest.mark.parametrize("bad, reason", [
+    ({"include": [{"count": 1}]}, "include[0] needs a 'class' string"),
+    ({"include": [{"class": "dog", "count": 0}]}, "include[0].count must be an integer >= 1"),
+    ({"include": [{"class": "dog", "color": "teal"}]}, "'teal' is not one of GenEval's colours"),
+    ({"include": [{"class": "dog", "position": ["above", 0]}]}, "include[0].position must be"),
+    ({"include": [{"class": "dog"}], "exclude": [{"class": "dog"}]}, "exclude[0].count must be"),
+])
+def test_a_malformed_record_fails_its_own_image_only(bad, reason):
+    dets = {10: [det("dog", (0, 0, 5, 5))], 11: [det("dog", (0, 0, 5, 5))]}
+    out = get_reward("geneval", detector=FixedDetector(dets))(
+        [Image.new("RGB", (w, 20)) for w in (10, 11)], ["", ""], [{"include": [{"class": "dog", "count": 1}]}, bad])
+    assert out.valid.tolist() == [True, False] and out.scores.tolist() == [1.0, 0.0]
+    assert reason in out.info["image_errors"][1] and out.info["num_bad_metadata"] == 1
+
+
 @pytest.fixture(scope="module")
 def owlv2_dir(tmp_path_factory):
     return build_tiny_owlv2(tmp_path_factory.mktemp("owlv2") / "owlv2")
