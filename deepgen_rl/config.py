@@ -15,7 +15,7 @@ from transformers import TrainingArguments
 from deepgen_rl.rl.advantages import ADV_TYPES
 from deepgen_rl.rl.losses import KL_TYPES
 from deepgen_rl.rl.objectives import OBJECTIVE_NAMES, OBJECTIVES
-from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, SDE_SAMPLERS
+from deepgen_rl.rl.samplers import DEFAULT_SDE_ETA, DEFAULT_SDE_SAMPLER, SDE_SAMPLERS
 
 # Every option list is imported from the module that defines the choice (one home each); a field below names it
 # in its metadata "choices", so --help lists them, argparse rejects a bad value at parse time and __post_init__
@@ -74,7 +74,8 @@ class GRPOConfig(TrainingArguments):
         default=1, metadata={"help": "optimizer updates per rollout batch (each over all trained timesteps)"})
     atrain_sde_sampler: str = field(default=DEFAULT_SDE_SAMPLER, metadata={
         "help": "SDE sampler of the rollout and the training log-probs", "choices": SDE_SAMPLERS})
-    sde_eta: float = field(default=1.0, metadata={"help": "noise level eta of the SDE sampler (recipe: 1.0)"})
+    sde_eta: float = field(default=DEFAULT_SDE_ETA, metadata={
+        "help": f"noise level eta of the SDE sampler (recipe: {DEFAULT_SDE_ETA})"})
     atrain_adv_type: str = field(default="gdpo", metadata={"help": "advantage type", "choices": ADV_TYPES})
     atrain_kl_type: str = field(default="v-based", metadata={"help": "KL form of the beta term", "choices": KL_TYPES})
     atrain_algorithm: str = field(default="flowgrpo", metadata={

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from deepgen_rl.evaluation.config import EvalDatasetSpec, EvalPrompt
 from deepgen_rl.models.deepgen.model import guided_velocity
-from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, ODE
+from deepgen_rl.rl.samplers import DEFAULT_SDE_ETA, DEFAULT_SDE_SAMPLER, ODE
 from deepgen_rl.utils.images import decode_latents_chunked, latents_to_pil
 from deepgen_rl.utils.seeding import derive_seed
 
@@ -94,7 +94,7 @@ def _expand_like(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sample_latents(model, cond, noise: torch.Tensor, *, cfg_scale: float, num_inference_steps: int,
-                   inference_mode: str = "ode", sampler: str = DEFAULT_SDE_SAMPLER, eta: float = 0.7,
+                   inference_mode: str = "ode", sampler: str = DEFAULT_SDE_SAMPLER, eta: float = DEFAULT_SDE_ETA,
                    generators: list[torch.Generator] | None = None, uncond=None, transformer=None) -> torch.Tensor:
     """Integrate from σ=1 (``noise``, (B,16,h,w) fp32) to σ=0 and return clean latents.
 
@@ -129,7 +129,7 @@ def sample_latents(model, cond, noise: torch.Tensor, *, cfg_scale: float, num_in
 
 
 def generate_eval_images(model, spec: EvalDatasetSpec, out_dir: str | Path, *, rank: int = 0, world_size: int = 1,
-                         height: int = 512, width: int = 512, inference_mode: str = "ode", eta: float = 0.7,
+                         height: int = 512, width: int = 512, inference_mode: str = "ode", eta: float = DEFAULT_SDE_ETA,
                          sampler: str = DEFAULT_SDE_SAMPLER, seed: int = 42, transformer=None, batch_size: int = 8,
                          progress: bool = True, pad_batches: bool | None = None) -> list[EvalImageRecord]:
     """Generate this rank's shard of ``spec`` into ``out_dir/<dataset>/<index>.<dup>.png``.

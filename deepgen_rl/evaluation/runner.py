@@ -32,7 +32,7 @@ from deepgen_rl.evaluation.metrics import (
     write_eval_reports,
 )
 from deepgen_rl.evaluation.unigenbench import JudgeConfig, JudgeRequest, Judgment, UniGenBenchJudge
-from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER
+from deepgen_rl.rl.samplers import DEFAULT_SDE_ETA, DEFAULT_SDE_SAMPLER
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def run_unigenbench_eval(model, eval_specs: Sequence[EvalDatasetSpec], out_root:
                          rank: int = 0, world_size: int = 1, barrier_fn: Callable[[], None] | None = None,
                          gather_fn: Callable[[Any], list[Any]] | None = None, transformer=None, height: int = 512,
                          width: int = 512, seed: int = 42, judge: bool = True,
-                         judge_config: JudgeConfig | None = None, inference_mode: str = "ode", eta: float = 0.7,
+                         judge_config: JudgeConfig | None = None, inference_mode: str = "ode", eta: float = DEFAULT_SDE_ETA,
                          sampler: str = DEFAULT_SDE_SAMPLER, batch_size: int = 8, progress: bool = True) -> dict[str, float]:
     """Generate + judge every eval dataset; returns the flat metric dict (same on every rank).
 

@@ -19,6 +19,8 @@ import threading
 
 import torch
 
+from deepgen_rl.utils.dist import local_cuda_index
+
 from .base import Reward, WeightPath, register_reward
 
 ENV_VAR = "CLIP_MODEL_NAME_OR_PATH"
@@ -40,11 +42,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
                          "set CLIP_DEVICE=cpu")
     index = dev.index
     if index is None:
-        local = os.environ.get("LOCAL_RANK")
-        if torch.cuda.device_count() == 1:
-            index = 0
-        else:
-            index = int(local) if local not in (None, "") else torch.cuda.current_device()
+        torchrun = os.environ.get("LOCAL_RANK") not in (None, "")
+        index = local_cuda_index() if torchrun or torch.cuda.device_count() == 1 else torch.cuda.current_device()
     if not 0 <= index < torch.cuda.device_count():
         raise ValueError(f"clip_sim: CUDA device {index} (device= / CLIP_DEVICE / LOCAL_RANK) does not exist; "
                          f"{torch.cuda.device_count()} GPU(s) visible")

@@ -39,6 +39,7 @@ SAMPLERS = ("ode", "flowgrpo_sde", "cps_sde", "dance_sde")  # the one list: conf
 ODE = SAMPLERS[0]  # the deterministic Euler step (evaluation, steps outside the SDE window)
 SDE_SAMPLERS = tuple(s for s in SAMPLERS if s != ODE)  # the stochastic ones: what training can score
 DEFAULT_SDE_SAMPLER = "cps_sde"  # the recipe's (docs/recipe.md)
+DEFAULT_SDE_ETA = 1.0  # the recipe's noise level (docs/recipe.md)
 LOG_PROB_FORMS = ("gaussian", "squared_error")
 _DEFAULT_LOG_PROB_FORM = {"flowgrpo_sde": "gaussian", "cps_sde": "squared_error", "dance_sde": "gaussian"}
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)

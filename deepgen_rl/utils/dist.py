@@ -27,6 +27,12 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", 0))
 
 
+def local_cuda_index() -> int:
+    """This rank's GPU: 0 when the process sees exactly one (``CUDA_VISIBLE_DEVICES`` set per rank, where
+    ``LOCAL_RANK`` is not an index of the visible devices), else ``LOCAL_RANK``. Requires CUDA."""
+    return 0 if torch.cuda.device_count() == 1 else local_rank()
+
+
 def init_process_group_if_needed(timeout_s: int = 1800) -> None:
     """Initialise the default group from torchrun's env (nccl with CUDA, gloo on CPU).
 
@@ -41,7 +47,7 @@ def init_process_group_if_needed(timeout_s: int = 1800) -> None:
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(local_rank())
+        torch.cuda.set_device(local_cuda_index())
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
 
 

@@ -56,11 +56,12 @@ class Conditioning:
         """
         if self.text_mask is None:
             return self
-        any_real = self.text_mask.any(dim=0)
-        length = int(any_real.nonzero().max()) + 1 if bool(any_real.any()) else 0
+        host = self.text_mask.cpu()  # the one host transfer (a small bool matrix), not three syncs
+        real = host.any(dim=0).nonzero()
+        length = int(real.max()) + 1 if len(real) else 0
         mask = self.text_mask[:, :length]
         return Conditioning(self.prompt_embeds[:, :length], self.pooled_embeds,
-                            None if bool(mask.all()) else mask)
+                            None if bool(host[:, :length].all()) else mask)
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "Conditioning":
         mask = None if self.text_mask is None else self.text_mask.to(device=device)
