@@ -2,7 +2,7 @@
 
 Arms (each a fresh copy of the pre-trained toy DeepGen, the same seed, prompts and eval noise; only the named flag
 differs from the base arm ``cps/gdpo``):
-  samplers   cps_sde (η 0.7) | flowgrpo_sde (η 0.7) | dance_sde (η 0.3)
+  samplers   cps_sde (η 0.7, the toy world's; the recipe's is 1.0) | flowgrpo_sde (η 0.7) | dance_sde (η 0.3)
   advantages gdpo | grpo                                   (with cps_sde)
   trajectory full (timestep_fraction 0.6) | SDE window of 3 steps (Flow-GRPO-Fast style, cps_sde)
 Each arm trains ``--steps`` MR-GRPO steps, evaluating held-out strict accuracy (ODE, fixed seeds;
@@ -49,11 +49,12 @@ def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict) 
     eval_cpu = [0.0]
     start = time.process_time()
 
-    def timed_eval(trainer, step):
+    def timed_eval(*args, **kwargs):  # the trainer's call: (model, transformer, specs, output_dir, step, ...)
+        step = args[4] if len(args) > 4 else kwargs["step"]
         t0 = time.process_time()
         marks.append((step, t0 - start - eval_cpu[0]))
         try:
-            return original(trainer, step)
+            return original(*args, **kwargs)
         finally:
             eval_cpu[0] += time.process_time() - t0
 

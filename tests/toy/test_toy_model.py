@@ -37,7 +37,7 @@ def test_toy_build_is_deterministic_from_its_seed(tmp_path):
     from deepgen_rl.checkpoints.sft import read_checkpoint
     from deepgen_rl.toy.model import TOY_CONFIG, make_toy_deepgen
 
-    short = dict(TOY_CONFIG, vae_steps=2, vae_batch=2, dit_steps=3, dit_batch=4)
+    short = dict(TOY_CONFIG, vae_steps=2, vae_batch=2, vae_pool=8, dit_steps=3, dit_batch=4)
     a = read_checkpoint(make_toy_deepgen(str(tmp_path / "a"), progress=False, config=short)["checkpoint"])
     b = read_checkpoint(make_toy_deepgen(str(tmp_path / "b"), progress=False, config=short)["checkpoint"])
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -65,3 +65,41 @@ def test_toy_model_draws_what_it_is_asked(toy_model):
     assert s_train["claim_score"] >= 0.35 and s_train["strict_acc"] >= 0.05
     assert s_held["claim_score"] < s_train["claim_score"] - 0.1
     assert s_shuf["claim_score"] < s_train["claim_score"] - 0.15
+
+
+def test_x4_mean_vae_variant_builds_with_consistent_shapes_and_trains_the_lora(tmp_path):
+    """The variant's x4 VAE (16x16 latents) and patch-2 DiT fit together (pre-training runs the DiT on the VAE's
+    latents), its VAE follows the "mean" recipe, and train_lora moves the VLM LoRA tensors on the prompt's path (the
+    same build with train_lora off leaves them all at their initial values)."""
+    from deepgen_rl.checkpoints.sft import read_checkpoint
+    from deepgen_rl.toy.model import TOY_CONFIG, VARIANTS, make_toy_deepgen, read_meta
+
+    short = dict(vae_steps=2, vae_batch=2, vae_pool=4, dit_steps=2, dit_batch=2)
+    x4 = make_toy_deepgen(str(tmp_path / "x4"), progress=False,
+                          config={**TOY_CONFIG, **VARIANTS["x4_mean_vae"], **short})
+    frozen = make_toy_deepgen(str(tmp_path / "frozen"), progress=False,
+                              config={**TOY_CONFIG, **VARIANTS["x4_mean_vae"], **short, "train_lora": False})
+    vae_cfg = json.loads(open(os.path.join(x4["sd3"], "vae", "config.json")).read())
+    dit_cfg = json.loads(open(os.path.join(x4["sd3"], "transformer", "config.json")).read())
+    assert vae_cfg["block_out_channels"] == [16, 32, 32] and dit_cfg["sample_size"] == 16
+    assert dit_cfg["patch_size"] == 2 and dit_cfg["pos_embed_max_size"] == 8
+    meta = read_meta(x4["root"])
+    assert 0.0 <= meta["vae_recon_strict"] <= 1.0 and meta["vae_recon_mse"] > 0
+    a, b = read_checkpoint(x4["checkpoint"]), read_checkpoint(frozen["checkpoint"])
+    lora = [k for k in a if ".lora_" in k]
+    assert lora, "the SFT checkpoint holds the VLM's LoRA"
+    # same seed and init: only the LoRA-trained build moves the LoRA tensors
+    moved = {k for k in lora if not torch.equal(a[k], b[k])}
+    # the prompt's path: token embedding and language-model layers (not the vision tower, not lm_head); every LoRA
+    # of layer 0 is on it
+    first = {k for k in lora if k.startswith("lmm.model.layers.0.")}
+    on_path = ("lmm.model.layers.", "lmm.model.embed_tokens.")
+    assert first and first <= moved and all(k.startswith(on_path) for k in moved)
+
+
+def test_toy_model_cli_refuses_a_variant_without_out(capsys):
+    from deepgen_rl.toy.model import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--variant", "x4_mean_vae"])
+    assert e.value.code == 2 and "needs --out DIR" in capsys.readouterr().err
