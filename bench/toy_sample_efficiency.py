@@ -19,6 +19,7 @@ Prints one table (accuracy at each eval + CPU-s), the gain per 100 CPU-s per arm
 from __future__ import annotations
 
 import argparse
+import inspect
 import shutil
 import sys
 import tempfile
@@ -49,8 +50,8 @@ def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict) 
     eval_cpu = [0.0]
     start = time.process_time()
 
-    def timed_eval(*args, **kwargs):  # the trainer's call: (model, transformer, specs, output_dir, step, ...)
-        step = args[4] if len(args) > 4 else kwargs["step"]
+    def timed_eval(*args, **kwargs):
+        step = inspect.signature(original).bind(*args, **kwargs).arguments["step"]
         t0 = time.process_time()
         marks.append((step, t0 - start - eval_cpu[0]))
         try:

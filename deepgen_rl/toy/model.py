@@ -310,9 +310,9 @@ def _strict_accuracy(images: torch.Tensor, captions: list[str]) -> float:
     """The checker's strict accuracy of images (B, 3, 64, 64) in [0, 1] against their captions."""
     from deepgen_rl.utils.images import latents_to_pil
 
-    from .checker import check
+    from .evaluate import check_images, summarize
 
-    return float(np.mean([check(im, c).strict for im, c in zip(latents_to_pil(images), captions)]))
+    return summarize([v.to_dict() for v in check_images(latents_to_pil(images), captions)])["strict_acc"]
 
 
 def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool) -> dict[str, float]:
@@ -348,7 +348,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
         p.requires_grad_(True)
     opt = torch.optim.AdamW(trained, lr=cfg["dit_lr"], weight_decay=0.0)
     steps = cfg["dit_steps"]
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * (0.1 + 0.9 * (1 - s / steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(steps, 100, 0.1))
     rng = random.Random(f"toy-dit|{seed}")
     noise_gen = torch.Generator().manual_seed(seed + 5)
     # encode_prompts is no_grad for RL (the conditioning is frozen there); pre-training trains it, so call the
