@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Run the test suite: builds/reuses .venv from the repo's own files, then runs pytest offline.
 # Extra arguments go to pytest (e.g. bash scripts/test.sh tests/rl -x).
+# Workers: the whole suite (no arguments) runs in DEEPGEN_TEST_WORKERS pytest-xdist processes (default 2, one per core
+# of a 2-core machine: each test is single-threaded or starts its own 2 processes); with arguments the default is 1
+# (one process, so -s prints live). DEEPGEN_TEST_WORKERS=1 always runs in one process.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -12,4 +15,13 @@ export WANDB_MODE="${WANDB_MODE:-offline}" SWANLAB_MODE="${SWANLAB_MODE:-disable
 export DEEPGEN_TINY_DIR="${DEEPGEN_TINY_DIR:-$ROOT/.cache/deepgen_tiny}"
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$ROOT/.cache/torch_extensions}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+workers="${DEEPGEN_TEST_WORKERS:-$([ "$#" -eq 0 ] && echo 2 || echo 1)}"
+if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
+  echo "scripts/test.sh: DEEPGEN_TEST_WORKERS must be a positive integer, got '$workers'" >&2
+  exit 2
+fi
+if [ "$workers" -gt 1 ]; then
+  # worksteal: an idle worker takes queued tests from a busy one, so a few minute-long tests do not end the run alone
+  exec python -m pytest -n "$workers" --dist worksteal "$@"
+fi
 exec python -m pytest "$@"
