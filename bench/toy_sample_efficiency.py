@@ -1,15 +1,18 @@
-"""Sample efficiency on the toy world: held-out strict accuracy against training CPU-seconds, per algorithm choice.
+"""Sample efficiency on the toy world: held-out strict accuracy and claim score against training CPU-seconds, per
+algorithm choice.
 
 Arms (each a fresh copy of the pre-trained toy DeepGen, the same seed, prompts and eval noise; only the named flag
 differs from the base arm ``cps/gdpo``):
   samplers   cps_sde (η 0.7, the toy world's; the recipe's is 1.0) | flowgrpo_sde (η 0.7) | dance_sde (η 0.3)
   advantages gdpo | grpo                                   (with cps_sde)
   trajectory full (timestep_fraction 0.6) | SDE window of 3 steps (Flow-GRPO-Fast style, cps_sde)
-Each arm trains ``--steps`` MR-GRPO steps, evaluating held-out strict accuracy (ODE, fixed seeds;
+Each arm trains ``--steps`` MR-GRPO steps, evaluating held-out strict accuracy and claim score (ODE, fixed seeds;
 assets/rl_datasets/toy/eval) at step 0 and every ``--eval_every`` steps. CPU-seconds = process CPU time spent in
 training from the step-0 eval on (evaluation time excluded), measured with ``time.process_time`` around every
 eval.
-Prints one table (accuracy at each eval + CPU-s), the gain per 100 CPU-s per arm, and writes a PNG.
+Prints two tables (strict accuracy, then claim score — the mean fraction of an image's claims that pass, which
+moves where strict accuracy is near 0 — at each eval + CPU-s), each with the gain per 100 CPU-s per arm, and writes a
+PNG with both.
 
   python bench/toy_sample_efficiency.py                      # all 6 arms, 40 steps each
   python bench/toy_sample_efficiency.py --arms cps,flowgrpo  # a subset
@@ -39,8 +42,9 @@ ARMS = {
 ARMS["gdpo"] = ARMS["cps"]
 
 
-def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict) -> list[tuple[int, float, float]]:
-    """[(step, training CPU-s so far, held-out strict accuracy)] of one arm."""
+def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict
+            ) -> list[tuple[int, float, float, float]]:
+    """[(step, training CPU-s so far, held-out strict accuracy, held-out claim score)] of one arm."""
     import deepgen_rl.trainer.eval_hook as eval_hook
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG, run_toy_rl
@@ -68,7 +72,10 @@ def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict) 
         eval_hook.run_training_eval = original
     acc = res.strict_acc("toy_heldout")
     zero = marks[0][1]  # CPU-s are counted from the step-0 eval: imports and trainer set-up are left out
-    return [(s, cpu - zero, acc[s]) for s, cpu in marks if s in acc]
+    return [(s, cpu - zero, acc[s], res.evals[s]["toy_heldout"]["claim_score"]) for s, cpu in marks if s in acc]
+
+
+METRICS = ((2, "held-out strict accuracy"), (3, "held-out claim score"))
 
 
 def plot(curves: dict[str, list[tuple[int, float, float]]], path: Path) -> None:
@@ -77,13 +84,14 @@ def plot(curves: dict[str, list[tuple[int, float, float]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, pts in curves.items():
-        ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", label=name)
-    ax.set_xlabel("training CPU-seconds (eval excluded)")
-    ax.set_ylabel("held-out strict accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(6 * len(METRICS), 4))
+    for ax, (i, label) in zip(axes, METRICS):
+        for name, pts in curves.items():
+            ax.plot([p[1] for p in pts], [p[i] for p in pts], marker="o", label=name)
+        ax.set_xlabel("training CPU-seconds (eval excluded)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -118,13 +126,14 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     curves = {n: curves[n] for n in names}
-    evals = [s for s, _, _ in curves[names[0]]]
-    rows = []
-    for n, pts in curves.items():
-        gain = (pts[-1][2] - pts[0][2]) / max(pts[-1][1], 1e-9) * 100
-        rows.append([n] + [f"{acc:.3f} @ {cpu:.0f}s" for _, cpu, acc in pts] + [f"{gain:+.3f}"])
-    print_table("held-out strict accuracy @ training CPU-seconds", ["arm"] + [f"step {s}" for s in evals]
-                + ["gain / 100 CPU-s"], rows)
+    evals = [pt[0] for pt in curves[names[0]]]
+    for i, label in METRICS:
+        rows = []
+        for n, pts in curves.items():
+            gain = (pts[-1][i] - pts[0][i]) / max(pts[-1][1], 1e-9) * 100
+            rows.append([n] + [f"{pt[i]:.3f} @ {pt[1]:.0f}s" for pt in pts] + [f"{gain:+.3f}"])
+        print_table(f"{label} @ training CPU-seconds", ["arm"] + [f"step {s}" for s in evals]
+                    + ["gain / 100 CPU-s"], rows)
     png = Path(a.png)
     png.parent.mkdir(parents=True, exist_ok=True)
     plot(curves, png)
