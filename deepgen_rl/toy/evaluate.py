@@ -48,6 +48,26 @@ def check_images(images, prompts: Sequence[str]) -> list[ToyVerdict]:
     return out
 
 
+def other_prompt_scores(images, prompts: Sequence[str], n_others: int = 8) -> list[float]:
+    """Per image: the mean claim score of the image checked against ``n_others`` OTHER prompts of the set.
+
+    The distinct prompts in order of first appearance, p_0 … p_{m-1}; an image of p_j is checked against p_{j+1} …
+    p_{j+n} (indices mod m). An image that follows its own prompt scores higher on it than on these; a prompt-blind
+    model (images independent of their prompts) scores the same on both in expectation over the set, because each
+    prompt is an "other" prompt as often as an own one. So own − other, not own alone, measures prompt following,
+    and a prompt-blind change of the model (e.g. "draw every colour") raises both."""
+    distinct = list(dict.fromkeys(prompts))
+    pos = {p: j for j, p in enumerate(distinct)}
+    n = min(n_others, len(distinct) - 1)
+    if n < 1:
+        raise ValueError("other_prompt_scores needs at least two distinct prompts")
+    out = []
+    for img, p in zip(images, prompts, strict=True):
+        others = [distinct[(pos[p] + k) % len(distinct)] for k in range(1, n + 1)]
+        out.append(sum(v.result.score for v in check_images([img] * n, others)) / n)
+    return out
+
+
 def summarize(verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Metrics (module docstring) of verdict dicts (`ToyVerdict.to_dict`); None where there is nothing to count."""
     n = len(verdicts)

@@ -8,7 +8,9 @@ evaluations (``eval/step_N/toy_summary.json``, ``toy_verdicts.jsonl`` and the ev
                             captioned with its checker verdict
   accuracy_curve.png        strict accuracy per eval dataset and held-out claim accuracy per claim type, per step
   reward_curve.png          the training reward(s) per step
-  report.html               all of it, plus the before/after table of strict, per-claim-type and per-kind accuracy
+  report.html               all of it, plus the before/after table of strict, per-claim-type and per-kind accuracy,
+                            and the held-out claim score against the images' own prompts vs against other prompts
+                            (the part a prompt-blind change, e.g. "draw every colour", would also raise)
 """
 
 from __future__ import annotations
@@ -111,12 +113,28 @@ def claim_table(evals: dict[int, dict]) -> list[tuple[str, str, float | None, fl
     return rows
 
 
+def own_vs_other(output_dir: Path, evals: dict[int, dict], verdicts: dict[int, list[dict]]
+                 ) -> dict[str, tuple[float, float]]:
+    """Held-out claim score at the first and last eval against the images' own prompts and against 8 other
+    held-out prompts (`deepgen_rl.toy.evaluate.other_prompt_scores`), each the mean over prompts."""
+    from deepgen_rl.toy.rl_run import ToyRLResult
+
+    res = ToyRLResult(history=[], evals=evals, verdicts=verdicts, output_dir=str(output_dir))
+    steps = (min(evals), max(evals))
+
+    def mean(d: dict[int, float]) -> float:
+        return sum(d.values()) / len(d)
+
+    return {"own prompts": tuple(mean(res.per_prompt(s, HELDOUT, "score")) for s in steps),
+            "other prompts": tuple(mean(res.per_prompt_other(s, HELDOUT)) for s in steps)}
+
+
 def _fmt(x) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
 def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], changes: dict[str, int],
-                 checkpoint: Path | None) -> Path:
+                 checkpoint: Path | None, blind: dict[str, tuple[float, float]]) -> Path:
     last = metrics[-1]
     first_step, last_step = min(evals), max(evals)
     rows = "".join(f"<tr><td>{html.escape(ds)}</td><td>{html.escape(m)}</td><td>{_fmt(a)}</td><td>{_fmt(b)}</td></tr>"
@@ -126,7 +144,7 @@ def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], 
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>DeepGen-RL quickstart</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 10px}} img{{max-width:100%}}</style></head><body>
-<h1>DeepGen-RL quickstart: RL teaches prompt following in the toy world</h1>
+<h1>DeepGen-RL quickstart: does RL teach prompt following in the toy world?</h1>
 <p>{len(metrics)} MR-GRPO steps on the pre-trained toy DeepGen (CPU), reward <code>toy_compositional</code> (the
 fraction of the prompt's claims — colour, shape, count, position — that a programmatic checker finds in the image).
 Evaluation: held-out compositions (colour–shape pairs never seen in pre-training; the eval prompts are never trained
@@ -140,6 +158,12 @@ on), ODE sampling with the same noise at every eval step. Checkpoint:
 <h2>Held-out accuracy during training</h2><img src="accuracy_curve.png" alt="accuracy curve">
 <h2>Accuracy before and after (eval step {first_step} vs {last_step})</h2>
 <table><tr><th>dataset</th><th>metric</th><th>before</th><th>after</th></tr>{rows}</table>
+<h2>Own prompt or any prompt?</h2>
+<p>The held-out images' claim score checked against their own prompts and against 8 other held-out prompts. A
+prompt-blind change (drawing every colour, bigger blobs) raises both; prompt following raises the first more.</p>
+<table><tr><th>checked against</th><th>step {first_step}</th><th>step {last_step}</th><th>change</th></tr>{"".join(
+    f"<tr><td>{k}</td><td>{a:.3f}</td><td>{b:.3f}</td><td>{b - a:+.3f}</td></tr>" for k, (a, b) in blind.items())}
+</table>
 <h2>Reward curves</h2><img src="reward_curve.png" alt="reward curve">
 <h2>Every eval image with its verdict</h2><ul>{toy_pages}</ul>
 {step_time_html(last)}
@@ -161,11 +185,14 @@ def main(argv=None) -> int:
     acc = plot_accuracy_curve(evals, out / "accuracy_curve.png")
     grid, changes = before_after_grid(out, verdicts, out / "samples_before_after.png", num_prompts=a.num_prompts)
     ckpt = latest_checkpoint(out)
-    report = write_report(out, metrics, evals, changes, ckpt)
+    blind = own_vs_other(out, evals, verdicts)
+    report = write_report(out, metrics, evals, changes, ckpt, blind)
     print(f"held-out and train-split accuracy, eval step {min(evals)} -> {max(evals)}:")
     for ds, m, before, after in claim_table(evals):
         print(f"  {ds:14s} {m:22s} {_fmt(before)} -> {_fmt(after)}")
     print(f"  held-out images: {changes}")
+    for k, (a, b) in blind.items():
+        print(f"  held-out claim score against {k}: {a:.3f} -> {b:.3f} ({b - a:+.3f})")
     k = max(1, min(5, len(metrics) // 2))
     for key in sorted({kk for m in metrics for kk in m if kk.startswith("reward/")} - {"reward/total"}):
         first = [m[key] for m in metrics[:k] if key in m and m[key] == m[key]]

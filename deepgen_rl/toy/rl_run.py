@@ -36,6 +36,7 @@ class ToyRLResult:
     history: list[dict]                                   # per-step training metrics (reward/…, time/…)
     evals: dict[int, dict[str, dict]] = field(default_factory=dict)    # step -> dataset -> toy summary
     verdicts: dict[int, list[dict]] = field(default_factory=dict)     # step -> per-image verdict dicts
+    output_dir: str = ""                                  # the run's folder (eval images under eval/step_N/)
 
     def strict_acc(self, dataset: str) -> dict[int, float]:
         return {s: e[dataset]["strict_acc"] for s, e in sorted(self.evals.items()) if dataset in e}
@@ -47,6 +48,25 @@ class ToyRLResult:
         for v in self.verdicts[step]:
             if v["dataset"] == dataset:
                 out.setdefault(v["index"], []).append(float(v[metric]))
+        return {i: sum(b) / len(b) for i, b in sorted(out.items())}
+
+    def per_prompt_other(self, step: int, dataset: str, n_others: int = 8) -> dict[int, float]:
+        """Prompt index -> mean over its eval images at eval ``step`` of the claim score against ``n_others`` other
+        prompts of the dataset (`deepgen_rl.toy.evaluate.other_prompt_scores`): what a prompt-blind image scores.
+        ``per_prompt(step, dataset, "score")`` minus this is the prompt-specific part of a prompt's score."""
+        from PIL import Image
+
+        from .evaluate import other_prompt_scores
+
+        rows = [v for v in self.verdicts[step] if v["dataset"] == dataset]
+        images = []
+        for v in rows:
+            with Image.open(Path(self.output_dir, "eval", f"step_{step}", v["rel_path"])) as im:
+                images.append(im.convert("RGB"))
+        scores = other_prompt_scores(images, [v["prompt"] for v in rows], n_others)
+        out: dict[int, list[float]] = {}
+        for v, sc in zip(rows, scores):
+            out.setdefault(v["index"], []).append(sc)
         return {i: sum(b) / len(b) for i, b in sorted(out.items())}
 
 
@@ -88,7 +108,7 @@ def run_toy_rl(output_dir: str | Path, *, steps: int, eval_every: int, model=Non
     trainer = DeepGenGRPOTrainer(model, args, dataset_config=dataset_config, eval_dataset_config=eval_config)
     history = trainer.train(resume_from_checkpoint=False)
     evals, verdicts = read_evals(output_dir)
-    return ToyRLResult(history=history, evals=evals, verdicts=verdicts)
+    return ToyRLResult(history=history, evals=evals, verdicts=verdicts, output_dir=str(output_dir))
 
 
 def paired_sign_test(before: dict[int, float], after: dict[int, float]) -> tuple[int, int, float]:

@@ -36,8 +36,9 @@ def test_toy_quickstart_short(tmp_path, toy_model_paths):
         assert im.size[0] == 12 * 160  # 12 held-out prompts, before and after
     report = (out / "report.html").read_text()
     for needle in ("samples_before_after.png", "accuracy_curve.png", "reward_curve.png", "claim_acc/position",
-                   "eval/step_0/toy.html", "eval/step_2/toy.html"):
+                   "eval/step_0/toy.html", "eval/step_2/toy.html", "Own prompt or any prompt?"):
         assert needle in report
+    assert "held-out claim score against other prompts: " in proc.stdout
     assert (out / "checkpoint-2" / "checkpoint_meta.json").is_file()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 2 and all(0.0 <= m["reward/toy_compositional"] <= 1.0 for m in metrics)

@@ -47,3 +47,27 @@ def test_toy_scoring_runs_through_the_eval_runner_standalone(tmp_path):
     summary = json.loads((step / "toy_summary.json").read_text())["toy_small"]
     assert summary["num_images"] == 4 and summary["claims_by_type"]["count"] == 4
     assert "toy_small" in (step / "toy.html").read_text() and (step / "index.html").is_file()
+
+
+def test_other_prompt_scores_separate_prompt_following_from_prompt_blind_images():
+    """Rendered images of their own captions score ~1 on them and far less on other captions; one image handed to
+    every prompt (a prompt-blind model) has, over the set, exactly the same mean score on the other prompts as on
+    its "own" ones (each prompt is an other prompt of n images and the own prompt of one)."""
+    from deepgen_rl.toy.evaluate import other_prompt_scores
+    from deepgen_rl.toy.world import caption, render_spec, sample_specs
+
+    specs = list({caption(s): s for s in sample_specs("train", 40, seed=3)}.values())[:16]
+    prompts = [caption(s) for s in specs]
+    images = [render_spec(s, seed=i) for i, s in enumerate(specs)]
+    own = [v.result.score for v in check_images(images, prompts)]
+    other = other_prompt_scores(images, prompts, n_others=5)
+    assert sum(own) / len(own) > 0.95 and sum(other) / len(other) < 0.6
+
+    blind = [images[0]] * len(prompts)
+    own_b = [v.result.score for v in check_images(blind, prompts)]
+    other_b = other_prompt_scores(blind, prompts, n_others=5)
+    assert sum(own_b) / len(own_b) == pytest.approx(sum(other_b) / len(other_b), abs=1e-12)
+    # by hand for image 0 checked against prompts 1..5
+    assert other_b[0] == pytest.approx(sum(v.result.score for v in check_images(blind[:5], prompts[1:6])) / 5)
+    with pytest.raises(ValueError, match="two distinct prompts"):
+        other_prompt_scores(images[:2], [prompts[0]] * 2)

@@ -1,14 +1,18 @@
-"""RL teaches prompt following in the toy world: MR-GRPO (cps_sde, gdpo) raises held-out strict accuracy, prompt by
-prompt, and the same run with negated advantages does not.
+"""Does RL teach prompt following in the toy world? MR-GRPO (cps_sde, gdpo) must raise held-out claim accuracy,
+prompt by prompt, and the same run with negated advantages must not (asserted); the rise must also be more than the
+same images gain on other prompts (the issue's real claim: an expected failure on toy-v2, see that test's reason).
 
-Statistics. Outcome of held-out prompt i at an eval = its claim accuracy: the fraction of the claims of its D = 2
-eval images (fixed noise, ODE) that pass. Under "training does not change the prompts' outcomes" each prompt whose
-outcome changed between the step-0 and the final eval is equally likely to have improved or worsened, so the
-one-sided exact sign test (`deepgen_rl.toy.rl_run.paired_sign_test`) has a false-positive rate ≤ α = 0.01 for
-"RL improved the prompts". Strict accuracy (all claims of an image pass) is asserted not to fall: the current toy
-model starts at ~0–2% strict on held-out prompts, too few passes for a short run's strict changes to be significant.
-The reward cannot be raised by a prompt-blind change: each prompt asks for its own colours, shapes, counts and
-positions (and the images of one prompt fail the claims of another, see test_toy_model_draws_what_it_is_asked).
+Statistics. Held-out prompt i, at an eval (fixed noise, ODE, D = 4 images per prompt):
+  own_i    the fraction of the claims of its images that pass (its claim accuracy);
+  other_i  the same images' claim score against 8 other held-out prompts (`ToyRLResult.per_prompt_other`): what a
+           prompt-blind image scores. A prompt-blind change of the model ("draw every colour", brighter, bigger)
+           raises own and other alike; prompt following raises own more. spec_i = own_i − other_i.
+Each of the two outcomes is compared between the step-0 and the final eval with the one-sided exact sign test over
+the prompts whose outcome changed (`deepgen_rl.toy.rl_run.paired_sign_test`): its false-positive rate is ≤ α = 0.01
+under "each changed prompt is as likely to have fallen as risen", i.e. for own_i when training does not change the
+prompts' outcomes, and for spec_i when what training changes is prompt-blind (own and other move alike up to
+symmetric noise). Strict accuracy (all claims of an image pass) is asserted not to fall: the current toy model starts
+at ~0–2% strict on held-out prompts, too few passes for a short run's strict changes to be significant.
 """
 
 from __future__ import annotations
@@ -32,23 +36,49 @@ def test_paired_sign_test_matches_the_binomial_tail():
     assert paired_sign_test({0: 1.0}, {0: 1.0}) == (0, 0, 1.0)
 
 
-@pytest.mark.slow
-def test_rl_raises_heldout_accuracy_and_negated_advantages_do_not(tmp_path, toy_model_paths):
+@pytest.fixture(scope="module")
+def rl_runs(tmp_path_factory, toy_model_paths):
+    """The RL run and its negated-advantages twin (CI_STEPS steps each), summarised per held-out prompt."""
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
 
     runs = {}
     for name, negate in (("rl", False), ("negated", True)):
-        res = run_toy_rl(tmp_path / name, steps=CI_STEPS, eval_every=CI_STEPS, model=build_model(TOY_MODEL_CONFIG),
-                         eval_config=HELDOUT_ONLY, negate_advantages=negate, **CI_FLAGS)
+        res = run_toy_rl(tmp_path_factory.mktemp(name), steps=CI_STEPS, eval_every=CI_STEPS,
+                         model=build_model(TOY_MODEL_CONFIG), eval_config=HELDOUT_ONLY, negate_advantages=negate,
+                         **CI_FLAGS)
         before, after = (res.per_prompt(s, "toy_heldout", "score") for s in (0, CI_STEPS))
-        score = {s: e["toy_heldout"]["claim_score"] for s, e in res.evals.items()}
+        other0, other1 = (res.per_prompt_other(s, "toy_heldout") for s in (0, CI_STEPS))
+        spec0, spec1 = ({i: own[i] - other[i] for i in own} for own, other in ((before, other0), (after, other1)))
         strict = res.strict_acc("toy_heldout")
-        runs[name] = (score[0], score[CI_STEPS], strict[0], strict[CI_STEPS], *paired_sign_test(before, after),
-                      [round(m["reward/toy_compositional"], 3) for m in res.history])
-        print(name, "held-out claim acc %.3f -> %.3f, strict %.3f -> %.3f, prompts up %d down %d, p=%.2g, "
-                    "rewards %s" % runs[name])
-    c0, c1, s0, s1, up, down, p, _ = runs["rl"]
-    assert p < ALPHA and c1 >= c0 + 0.05 and s1 >= s0, runs["rl"]
-    n0, n1, ns0, ns1, nup, ndown, _, _ = runs["negated"]
-    assert n1 <= n0 and nup <= ndown and ns1 <= ns0 + 1e-9, runs["negated"]
+        runs[name] = dict(own=(_mean(before), _mean(after)), other=(_mean(other0), _mean(other1)),
+                          spec=(_mean(spec0), _mean(spec1)), strict=(strict[0], strict[CI_STEPS]),
+                          own_test=paired_sign_test(before, after), spec_test=paired_sign_test(spec0, spec1),
+                          rewards=[round(m["reward/toy_compositional"], 3) for m in res.history])
+        print(name, runs[name])
+    return runs
+
+
+def _mean(values: dict[int, float]) -> float:
+    return sum(values.values()) / len(values)
+
+
+@pytest.mark.slow
+def test_rl_raises_heldout_claim_accuracy_and_negated_advantages_do_not(rl_runs):
+    rl, neg = rl_runs["rl"], rl_runs["negated"]
+    assert rl["own_test"][2] < ALPHA and rl["own"][1] >= rl["own"][0] + 0.05, rl
+    assert rl["strict"][1] >= rl["strict"][0], rl
+    assert neg["own"][1] <= neg["own"][0] and neg["own_test"][0] <= neg["own_test"][1], neg
+    assert neg["spec"][1] <= neg["spec"][0] + 0.02 and neg["strict"][1] <= neg["strict"][0] + 1e-9, neg
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "not shown on toy-v2 (measured 2026-12-02): own-prompt claim score 0.146 -> 0.286 but the same images' score on "
+    "other prompts rose too, 0.121 -> 0.207; own - other 0.026 -> 0.079, 34 prompts up / 30 down, sign test "
+    "p = 0.35 (docs/toy_world.md, 'Prompt-specific or prompt-blind?'). strict: when it passes, remove this mark"))
+def test_rl_gain_is_more_than_a_prompt_blind_change(rl_runs):
+    """The cheapest explanation of a higher claim score is a prompt-blind change (more colours per image): the
+    prompt-specific part own − other must rise too, prompt by prompt."""
+    rl = rl_runs["rl"]
+    assert rl["spec_test"][2] < ALPHA and rl["spec"][1] > rl["spec"][0], rl
