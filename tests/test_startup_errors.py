@@ -80,6 +80,7 @@ def test_setup_error_is_one_line_before_the_model_is_built(case, tmp_path, monke
 TIME_TO_ERROR_BOUND_S = 45.0
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (scripts/test.sh)
 def test_time_to_error_line_in_a_fresh_process(tmp_path):
     """A missing eval YAML is reported in a fresh process without loading the model: one line, no traceback, within
     TIME_TO_ERROR_BOUND_S (about the cost of importing torch and transformers)."""
