@@ -132,9 +132,13 @@ def find_blobs(image) -> list[Blob]:
 
 def check(image, spec: Spec | str) -> CheckResult:
     """Claims of ``spec`` (or of a caption, parsed) checked on ``image`` (see module docstring)."""
+    return check_blobs(find_blobs(image), spec)
+
+
+def check_blobs(blobs: list[Blob], spec: Spec | str) -> CheckResult:
+    """``check`` on an image's ``find_blobs`` result: reading an image once serves the claims of several specs."""
     if isinstance(spec, str):
         spec = parse_caption(spec)
-    blobs = find_blobs(image)
     by_color: dict[str, list[Blob]] = {}
     for b in blobs:
         by_color.setdefault(b.color, []).append(b)

@@ -44,11 +44,8 @@ class ToyRLResult:
     def per_prompt(self, step: int, dataset: str, metric: str = "strict") -> dict[int, float]:
         """Prompt index -> mean over its eval images at eval ``step`` of ``metric``: ``"strict"`` (all claims
         pass, 0/1) or ``"score"`` (fraction of claims that pass)."""
-        out: dict[int, list[float]] = {}
-        for v in self.verdicts[step]:
-            if v["dataset"] == dataset:
-                out.setdefault(v["index"], []).append(float(v[metric]))
-        return {i: sum(b) / len(b) for i, b in sorted(out.items())}
+        rows = [v for v in self.verdicts[step] if v["dataset"] == dataset]
+        return _mean_per_prompt(rows, [float(v[metric]) for v in rows])
 
     def per_prompt_other(self, step: int, dataset: str, n_others: int = 8) -> dict[int, float]:
         """Prompt index -> mean over its eval images at eval ``step`` of the claim score against ``n_others`` other
@@ -63,11 +60,15 @@ class ToyRLResult:
         for v in rows:
             with Image.open(Path(self.output_dir, "eval", f"step_{step}", v["rel_path"])) as im:
                 images.append(im.convert("RGB"))
-        scores = other_prompt_scores(images, [v["prompt"] for v in rows], n_others)
-        out: dict[int, list[float]] = {}
-        for v, sc in zip(rows, scores):
-            out.setdefault(v["index"], []).append(sc)
-        return {i: sum(b) / len(b) for i, b in sorted(out.items())}
+        return _mean_per_prompt(rows, other_prompt_scores(images, [v["prompt"] for v in rows], n_others))
+
+
+def _mean_per_prompt(rows: list[dict], values: list[float]) -> dict[int, float]:
+    """Prompt index -> mean of ``values`` over that prompt's verdict rows (one value per row)."""
+    out: dict[int, list[float]] = {}
+    for v, x in zip(rows, values, strict=True):
+        out.setdefault(v["index"], []).append(x)
+    return {i: sum(b) / len(b) for i, b in sorted(out.items())}
 
 
 def toy_args(output_dir: str | Path, **overrides):

@@ -58,7 +58,7 @@ def subprocess_env(**extra) -> dict:
 
 
 
-def _default_sigint() -> None:
+def _default_interrupt_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
@@ -67,7 +67,6 @@ def train_sh(output_dir, *extra: str, ngpus: int | None = None, deepspeed: str =
              sftaux_config: str = "", dataset_config: str = DEMO_PROGRAMMATIC, timeout: int = 600,
              check: bool = True, env_extra: dict | None = None, popen: bool = False):
     """Run ``bash scripts/train.sh`` on the tiny model with tiny settings (plus ``extra`` CLI args)."""
-
     env = subprocess_env(MODEL_CONFIG=TINY_CONFIG, DATASET_CONFIG=dataset_config, EVAL_DATASET_CONFIG=eval_config,
                          SFTAUX_DATASET_CONFIG=sftaux_config, DEEPSPEED_CONFIG=deepspeed, OUTPUT_DIR=output_dir,
                          REPORT_TO="none", MASTER_PORT=free_port(), **(env_extra or {}))
@@ -85,7 +84,7 @@ def train_sh(output_dir, *extra: str, ngpus: int | None = None, deepspeed: str =
         # inherits SIGINT (and SIGQUIT) ignored, and an ignored signal stays ignored across exec, so the Ctrl-C tests
         # would wait for a signal the run can never receive (measured: 30 s, then killed).
         return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, preexec_fn=_default_sigint)
+                                start_new_session=True, preexec_fn=_default_interrupt_signals)
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.sh failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
