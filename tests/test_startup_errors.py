@@ -83,12 +83,15 @@ TIME_TO_ERROR_BOUND_S = 45.0
 @pytest.mark.serial  # a wall-clock bound: run alone (scripts/test.sh)
 def test_time_to_error_line_in_a_fresh_process(tmp_path):
     """A missing eval YAML is reported in a fresh process without loading the model: one line, no traceback, within
-    TIME_TO_ERROR_BOUND_S (about the cost of importing torch and transformers)."""
+    TIME_TO_ERROR_BOUND_S (about the cost of importing torch and transformers). The tiny model's cache is empty, as
+    on a fresh clone: the check must not build the tiny model first (CI's clean clone once did, printing its
+    progress bars before the error line)."""
     argv = BASE + ["--dataset_config", DEMO_PROGRAMMATIC, "--output_dir", str(tmp_path / "out"),
                    "--eval_dataset_config", str(tmp_path / "eval_missing.yaml"), "--eval_freq", "1"]
+    empty_cache = tmp_path / "tiny_cache"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "deepgen_rl.grpo_deepgen", *argv], cwd=ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "deepgen_rl.grpo_deepgen", *argv], cwd=ROOT,
+                          env=subprocess_env(DEEPGEN_TINY_DIR=empty_cache), capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - t0
     print(f"time to the error line: {elapsed:.2f} s")
     err = [x for x in proc.stderr.splitlines() if x.strip() and "WANDB" not in x]
@@ -96,6 +99,7 @@ def test_time_to_error_line_in_a_fresh_process(tmp_path):
     assert len(err) == 1 and err[0].startswith("deepgen_rl: error: --eval_dataset_config"), proc.stderr
     assert "eval_missing.yaml" in err[0]
     assert "loaded" not in proc.stderr  # no checkpoint was loaded: the model was never built
+    assert not empty_cache.exists()  # nor were the tiny model's files
     assert elapsed < TIME_TO_ERROR_BOUND_S, f"{elapsed:.1f} s to the error line (bound {TIME_TO_ERROR_BOUND_S} s)"
 
 
@@ -134,3 +138,23 @@ def test_offload_without_a_buildable_cpu_adam_fails_before_the_model_is_built(tm
     entry.preflight(*parsed["zero2"])
     monkeypatch.setattr(gvi, "installed_ops", {"cpu_adam": True})
     entry.preflight(*parsed["offload"])
+
+
+def test_model_config_check_builds_no_model_files(tmp_path, monkeypatch):
+    """The start-up check of a tiny-preset config reads the config only; `build_model` makes the files."""
+    from deepgen_rl.models.build import check_model_config
+
+    monkeypatch.setenv("DEEPGEN_TINY_DIR", str(tmp_path / "tiny"))
+    cfg = check_model_config(TINY_CONFIG)
+    assert not (tmp_path / "tiny").exists()
+    assert cfg["tiny_preset"] == "tiny" and "{tiny_dir}" in cfg["lmm_path"]
+
+
+def test_model_config_check_names_a_prebuilt_builder_that_does_not_exist(tmp_path):
+    from deepgen_rl.models.build import check_model_config
+
+    cfg = tmp_path / "m.py"
+    cfg.write_text("prebuilt = 'deepgen_rl.toy.model:no_such_builder'\nlmm_path = '{prebuilt_dir}/qwen'\n"
+                   "sd3_path = '{prebuilt_dir}/sd3'\n")
+    with pytest.raises(ValueError, match="prebuilt 'deepgen_rl.toy.model:no_such_builder' cannot be imported"):
+        check_model_config(str(cfg))

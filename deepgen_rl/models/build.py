@@ -34,7 +34,11 @@ from .tiny import PRESETS, ensure_tiny_deepgen
 logger = logging.getLogger(__name__)
 
 
-def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, Any],
+                 materialize: bool = True) -> dict[str, Any]:
+    """The resolved config dict. ``materialize=False`` (the start-up check) does not build a ``tiny_preset`` or
+    ``prebuilt`` model's files (minutes for the toy model) and leaves their "{tiny_dir}"/"{prebuilt_dir}" paths
+    unformatted; `build_model` builds them."""
     if isinstance(model_config, Mapping):
         cfg = dict(model_config)
     else:
@@ -53,6 +57,8 @@ def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, 
             raise KeyError(f"unknown tiny_preset {preset!r}; known: {sorted(PRESETS)}")
         # The preset's DeepGen sizes must match its files; explicit overrides still win.
         cfg.update({k: v for k, v in PRESETS[preset]["deepgen"].items() if k not in overrides})
+        if not materialize:
+            return cfg
         root = ensure_tiny_deepgen(preset=preset)["root"]
         for key in ("lmm_path", "sd3_path", "default_checkpoint"):
             if isinstance(cfg.get(key), str):
@@ -61,7 +67,13 @@ def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, 
         module, _, func = str(cfg["prebuilt"]).partition(":")
         if not module or not func:
             raise ValueError(f"model config: prebuilt must be 'module:function', got {cfg['prebuilt']!r}")
-        root = getattr(importlib.import_module(module), func)()["root"]
+        try:
+            builder = getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"model config: prebuilt {cfg['prebuilt']!r} cannot be imported: {e}") from None
+        if not materialize:
+            return cfg
+        root = builder()["root"]
         for key in ("lmm_path", "sd3_path", "default_checkpoint"):
             if isinstance(cfg.get(key), str):
                 cfg[key] = cfg[key].format(prebuilt_dir=root)
@@ -70,8 +82,11 @@ def _config_dict(model_config: str | Mapping[str, Any], overrides: Mapping[str, 
 
 def check_model_config(model_config: str) -> dict[str, Any]:
     """Start-up check without building anything: the config parses, its model folders and its
-    ``default_checkpoint`` exist. Returns the resolved config."""
-    cfg = _config_dict(model_config, {})
+    ``default_checkpoint`` exist. A ``tiny_preset`` or ``prebuilt`` model is not built here (its files are ours,
+    made by `build_model`), so its paths are not checked. Returns the config, resolved except for those paths."""
+    cfg = _config_dict(model_config, {}, materialize=False)
+    if cfg.get("tiny_preset") or cfg.get("prebuilt"):
+        return cfg
     check_model_paths(cfg)
     ckpt = cfg.get("default_checkpoint")
     if ckpt and not os.path.exists(ckpt):
