@@ -16,6 +16,9 @@ Claims per object group (colour c, shape s, count n) and their types:
   ``position``  region: the largest c-blob's centroid lies in that half (left: cx < 32, …);
                 relation "A left of B": cx_A + 2 < cx_B for the largest blobs of A's and B's colours (likewise
                 right of / above / below); fails if either is missing.
+``exclusive`` (only with ``exclusive=True``, a training-reward option, not an evaluation claim) no blob of a colour
+                the prompt does not name. Without it, one image holding blobs of every colour passes the colour
+                claims of every prompt: a prompt-blind way to raise the score.
 Strict accuracy = all claims of an image pass; the reward is the fraction of claims that pass.
 """
 
@@ -130,13 +133,14 @@ def find_blobs(image) -> list[Blob]:
     return blobs
 
 
-def check(image, spec: Spec | str) -> CheckResult:
+def check(image, spec: Spec | str, *, exclusive: bool = False) -> CheckResult:
     """Claims of ``spec`` (or of a caption, parsed) checked on ``image`` (see module docstring)."""
-    return check_blobs(find_blobs(image), spec)
+    return check_blobs(find_blobs(image), spec, exclusive=exclusive)
 
 
-def check_blobs(blobs: list[Blob], spec: Spec | str) -> CheckResult:
-    """``check`` on an image's ``find_blobs`` result: reading an image once serves the claims of several specs."""
+def check_blobs(blobs: list[Blob], spec: Spec | str, *, exclusive: bool = False) -> CheckResult:
+    """``check`` on an image's ``find_blobs`` result: reading an image once serves the claims of several specs.
+    ``exclusive`` adds the claim that no blob has a colour the prompt does not name."""
     if isinstance(spec, str):
         spec = parse_caption(spec)
     by_color: dict[str, list[Blob]] = {}
@@ -166,4 +170,7 @@ def check_blobs(blobs: list[Blob], spec: Spec | str) -> CheckResult:
                 "above": a.cy + RELATION_MARGIN < b.cy, "below": a.cy > b.cy + RELATION_MARGIN}[value]
             text = f"{spec.objects[0].color} {value} {spec.objects[1].color}"
         claims.append(Claim("position", text, bool(ok)))
+    if exclusive:
+        named = [o.color for o in spec.objects]
+        claims.append(Claim("exclusive", "only " + ", ".join(named), all(b.color in named for b in blobs)))
     return CheckResult(tuple(claims), tuple(blobs))

@@ -127,3 +127,25 @@ def test_claim_types_cover_every_claim():
     s = parse_caption("three yellow triangles")
     r = check(render_spec(s, 0), s)
     assert {c.type for c in r.claims} <= set(CLAIM_TYPES) and r.strict
+
+
+def test_exclusive_claim_fails_colours_the_prompt_does_not_name():
+    """The reward option that makes colour claims prompt-specific: an image of a red circle and a blue triangle
+    passes the 3 claims of "a red circle" (colour, shape, count) and fails its exclusive claim "only red"."""
+    from deepgen_rl.rewards import get_reward
+
+    img = render([Placed("red", "circle", 44.0, 30.0, 18.0), Placed("blue", "triangle", 16.0, 30.0, 18.0)])
+    plain, excl = check(img, "a red circle"), check(img, "a red circle", exclusive=True)
+    assert plain.score == 1.0 and [c.type for c in plain.claims] == ["color", "shape", "count"]
+    assert [(c.type, c.text, c.passed) for c in excl.claims[3:]] == [("exclusive", "only red", False)]
+    assert excl.score == pytest.approx(3 / 4)
+    both = check(img, "a red circle right of a blue triangle", exclusive=True)
+    assert both.strict and both.claims[-1].text == "only red, blue"
+    assert check(Image.new("RGB", (64, 64), (232, 232, 228)), "a red circle", exclusive=True).claims[-1].passed
+
+    prompts = ["a red circle", "a red circle right of a blue triangle"]
+    assert torch.allclose(get_reward("toy_compositional")([img, img], prompts).scores, torch.tensor([1.0, 1.0]))
+    exclusive = get_reward("toy_compositional", exclusive=True)([img, img], prompts)
+    assert torch.allclose(exclusive.scores, torch.tensor([3 / 4, 1.0]))
+    with pytest.raises(ValueError, match="exclusive must be true or false"):
+        get_reward("toy_compositional", exclusive="yes")
