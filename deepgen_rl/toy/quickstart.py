@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 from pathlib import Path
 
 from deepgen_rl.checkpoints.rl_format import latest_checkpoint
@@ -133,6 +134,16 @@ def _fmt(x) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
+def _trained_exclusive(checkpoint: Path | None) -> bool:
+    """Whether the run's reward was ``toy_compositional`` with ``exclusive=true`` (its checkpoint's training args)."""
+    args_file = Path(checkpoint, "training_args.json") if checkpoint else None
+    if args_file is None or not args_file.is_file():
+        return False
+    kwargs = json.loads(args_file.read_text()).get("reward_kwargs") or "{}"
+    kwargs = json.loads(kwargs) if isinstance(kwargs, str) else kwargs
+    return bool(kwargs.get("toy_compositional", {}).get("exclusive"))
+
+
 def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], changes: dict[str, int],
                  checkpoint: Path | None, blind: dict[str, tuple[float, float]]) -> Path:
     last = metrics[-1]
@@ -146,7 +157,9 @@ def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], 
 td,th{{border:1px solid #ccc;padding:4px 10px}} img{{max-width:100%}}</style></head><body>
 <h1>DeepGen-RL quickstart: does RL teach prompt following in the toy world?</h1>
 <p>{len(metrics)} MR-GRPO steps on the pre-trained toy DeepGen (CPU), reward <code>toy_compositional</code> (the
-fraction of the prompt's claims — colour, shape, count, position — that a programmatic checker finds in the image).
+fraction of the prompt's claims — colour, shape, count, position — that a programmatic checker finds in the image{
+"; trained with <code>exclusive=true</code>: one more claim, no colour the prompt does not name, which evaluation "
+"does not score" if _trained_exclusive(checkpoint) else ""}).
 Evaluation: held-out compositions (colour–shape pairs never seen in pre-training; the eval prompts are never trained
 on), ODE sampling with the same noise at every eval step. Checkpoint:
 <code>{html.escape(str(checkpoint) if checkpoint else "none")}</code>.</p>

@@ -36,7 +36,8 @@ def test_toy_quickstart_short(tmp_path, toy_model_paths):
         assert im.size[0] == 12 * 160  # 12 held-out prompts, before and after
     report = (out / "report.html").read_text()
     for needle in ("samples_before_after.png", "accuracy_curve.png", "reward_curve.png", "claim_acc/position",
-                   "eval/step_0/toy.html", "eval/step_2/toy.html", "Own prompt or any prompt?"):
+                   "eval/step_0/toy.html", "eval/step_2/toy.html", "Own prompt or any prompt?",
+                   "trained with <code>exclusive=true</code>"):
         assert needle in report
     assert "held-out claim score against other prompts: " in proc.stdout
     assert (out / "checkpoint-2" / "checkpoint_meta.json").is_file()

@@ -71,3 +71,16 @@ def test_other_prompt_scores_separate_prompt_following_from_prompt_blind_images(
     assert other_b[0] == pytest.approx(sum(v.result.score for v in check_images(blind[:5], prompts[1:6])) / 5)
     with pytest.raises(ValueError, match="two distinct prompts"):
         other_prompt_scores(images[:2], [prompts[0]] * 2)
+
+
+def test_quickstart_report_reads_the_reward_option_from_the_checkpoint(tmp_path):
+    """The report says the run trained with exclusive=true only when the checkpoint's training args say so."""
+    import json
+
+    from deepgen_rl.toy.quickstart import _trained_exclusive
+
+    assert not _trained_exclusive(None) and not _trained_exclusive(tmp_path)
+    for kwargs, expected in (('{"toy_compositional": {"exclusive": true}}', True), ("{}", False),
+                             ('{"toy_compositional": {"exclusive": false}}', False)):
+        (tmp_path / "training_args.json").write_text(json.dumps({"reward_kwargs": kwargs, "learning_rate": 1e-4}))
+        assert _trained_exclusive(tmp_path) is expected

@@ -1,6 +1,12 @@
-"""Does RL teach prompt following in the toy world? MR-GRPO (cps_sde, gdpo) must raise held-out claim accuracy,
-prompt by prompt, and the same run with negated advantages must not (asserted); the rise must also be more than the
-same images gain on other prompts (the issue's real claim: an expected failure on toy-v2, see that test's reason).
+"""Does RL teach prompt following in the toy world? MR-GRPO (cps_sde, gdpo) with the exclusive toy reward must raise
+held-out claim accuracy prompt by prompt, by more than the same images gain on other prompts (a prompt-blind change
+would raise both alike), and the same run with negated advantages must not rise.
+
+The training reward is ``toy_compositional`` with ``exclusive=True``: its extra claim (no colour the prompt does not
+name) takes away the prompt-blind shortcut of drawing every colour. The evaluation scores the issue's claims only
+(colour, shape, count, position), as always. With the plain reward (and lr 3e-4), measured on toy-v2, RL raised the
+own-prompt score 0.146 -> 0.286 but the other-prompt score nearly as much (0.121 -> 0.207; own - other 34 prompts up
+/ 30 down, p = 0.35): docs/toy_world.md, "Prompt-specific or prompt-blind?".
 
 Statistics. Held-out prompt i, at an eval (fixed noise, ODE, D = 4 images per prompt):
   own_i    the fraction of the claims of its images that pass (its claim accuracy);
@@ -25,9 +31,9 @@ from deepgen_rl.toy.rl_run import paired_sign_test, run_toy_rl
 
 ALPHA = 0.01
 HELDOUT_ONLY = str(Path(__file__).with_name("eval_toy_heldout.yaml"))
-CI_STEPS = 20
+CI_STEPS = 30
 CI_FLAGS = dict(rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=8,
-                learning_rate=3e-4, seed=0)
+                learning_rate=1e-4, seed=0, reward_kwargs={"toy_compositional": {"exclusive": True}})
 
 
 def test_paired_sign_test_matches_the_binomial_tail():
@@ -73,12 +79,8 @@ def test_rl_raises_heldout_claim_accuracy_and_negated_advantages_do_not(rl_runs)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "not shown on toy-v2 (measured 2026-12-02): own-prompt claim score 0.146 -> 0.286 but the same images' score on "
-    "other prompts rose too, 0.121 -> 0.207; own - other 0.026 -> 0.079, 34 prompts up / 30 down, sign test "
-    "p = 0.35 (docs/toy_world.md, 'Prompt-specific or prompt-blind?'). strict: when it passes, remove this mark"))
 def test_rl_gain_is_more_than_a_prompt_blind_change(rl_runs):
     """The cheapest explanation of a higher claim score is a prompt-blind change (more colours per image): the
     prompt-specific part own − other must rise too, prompt by prompt."""
     rl = rl_runs["rl"]
-    assert rl["spec_test"][2] < ALPHA and rl["spec"][1] > rl["spec"][0], rl
+    assert rl["spec_test"][2] < ALPHA and rl["spec"][1] >= rl["spec"][0] + 0.03, rl
