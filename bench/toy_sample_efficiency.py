@@ -10,9 +10,10 @@ Each arm trains ``--steps`` MR-GRPO steps, evaluating held-out strict accuracy a
 assets/rl_datasets/toy/eval) at step 0 and every ``--eval_every`` steps. CPU-seconds = process CPU time spent in
 training from the step-0 eval on (evaluation time excluded), measured with ``time.process_time`` around every
 eval.
-Prints two tables (strict accuracy, then claim score — the mean fraction of an image's claims that pass, which
-moves where strict accuracy is near 0 — at each eval + CPU-s), each with the gain per 100 CPU-s per arm, and writes a
-PNG with both.
+Prints three tables (strict accuracy; claim score — the mean fraction of an image's claims that pass, which moves
+where strict accuracy is near 0; own − other, the part of the claim score a prompt-blind change would not raise — at
+each eval + CPU-s), each with the gain per 100 CPU-s per arm, and writes a PNG with all three. The RL flags are
+``deepgen_rl.toy.rl_run.TOY_RL_FLAGS`` (lr 1e-4, the exclusive reward) plus each arm's.
 
   python bench/toy_sample_efficiency.py                      # all 6 arms, 40 steps each
   python bench/toy_sample_efficiency.py --arms cps,flowgrpo  # a subset
@@ -43,8 +44,11 @@ ARMS["gdpo"] = ARMS["cps"]
 
 
 def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict
-            ) -> list[tuple[int, float, float, float]]:
-    """[(step, training CPU-s so far, held-out strict accuracy, held-out claim score)] of one arm."""
+            ) -> list[tuple[int, float, float, float, float]]:
+    """[(step, training CPU-s so far, held-out strict accuracy, held-out claim score, its prompt-specific part)] of
+    one arm. The prompt-specific part is the mean over prompts of own − other: the claim score of a prompt's images
+    minus their score on 8 other held-out prompts (`deepgen_rl.toy.rl_run.ToyRLResult.per_prompt_other`), which a
+    prompt-blind change (e.g. "draw every colour") does not raise."""
     import deepgen_rl.trainer.eval_hook as eval_hook
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG, run_toy_rl
@@ -72,10 +76,17 @@ def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict
         eval_hook.run_training_eval = original
     acc = res.strict_acc("toy_heldout")
     zero = marks[0][1]  # CPU-s are counted from the step-0 eval: imports and trainer set-up are left out
-    return [(s, cpu - zero, acc[s], res.evals[s]["toy_heldout"]["claim_score"]) for s, cpu in marks if s in acc]
+    return [(s, cpu - zero, acc[s], res.evals[s]["toy_heldout"]["claim_score"], _specific(res, s))
+            for s, cpu in marks if s in acc]
 
 
-METRICS = ((2, "held-out strict accuracy"), (3, "held-out claim score"))
+def _specific(res, step: int) -> float:
+    own, other = res.per_prompt(step, "toy_heldout", "score"), res.per_prompt_other(step, "toy_heldout")
+    return sum(own[i] - other[i] for i in own) / len(own)
+
+
+METRICS = ((2, "held-out strict accuracy"), (3, "held-out claim score"),
+           (4, "held-out own - other claim score"))
 
 
 def plot(curves: dict[str, list[tuple[int, float, float]]], path: Path) -> None:

@@ -1,5 +1,5 @@
 """bench/toy_sample_efficiency.py --smoke: exits 0, prints one row per arm in each table (strict accuracy, claim
-score) with values and CPU-seconds, a PNG."""
+score, own - other) with values and CPU-seconds, a PNG."""
 
 from __future__ import annotations
 
@@ -21,5 +21,5 @@ def test_toy_sample_efficiency_smoke(tmp_path, toy_model_paths):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("cps ", "flowgrpo "))]
-    assert len(rows) == 4 and all(line.count(" @ ") == 2 for line in rows)  # 2 tables x 2 arms; evals at steps 0, 2
+    assert len(rows) == 6 and all(line.count(" @ ") == 2 for line in rows)  # 3 tables x 2 arms; evals at steps 0, 2
     assert png.stat().st_size > 1000 and "rerun: " in proc.stdout
