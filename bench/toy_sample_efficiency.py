@@ -89,7 +89,7 @@ METRICS = ((2, "held-out strict accuracy"), (3, "held-out claim score"),
            (4, "held-out own - other claim score"))
 
 
-def plot(curves: dict[str, list[tuple[int, float, float]]], path: Path) -> None:
+def plot(curves: dict[str, list[tuple[int, float, float, float, float]]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -139,8 +139,7 @@ def _trained_exclusive(checkpoint: Path | None) -> bool:
     args_file = Path(checkpoint, "training_args.json") if checkpoint else None
     if args_file is None or not args_file.is_file():
         return False
-    kwargs = json.loads(args_file.read_text()).get("reward_kwargs") or "{}"
-    kwargs = json.loads(kwargs) if isinstance(kwargs, str) else kwargs
+    kwargs = json.loads(json.loads(args_file.read_text()).get("reward_kwargs") or "{}")  # a JSON string flag
     return bool(kwargs.get("toy_compositional", {}).get("exclusive"))
 
 
