@@ -27,6 +27,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 IMAGE_SIZE = 64
+SIZE_RANGE = (14.0, 20.0)  # object side / diameter in px, uniform
 BACKGROUND = (232, 232, 228)
 # Hues far apart (red 0°, yellow 52°, green 128°, cyan 186°, blue 226°, magenta 304°) so blur and mixing with the
 # neutral background keep each colour's hue.
@@ -187,7 +188,7 @@ def _box_ok(p: Placed, others: list[Placed], gap: float = 3.0) -> bool:
 
 
 def layout(spec: Spec, rng: random.Random) -> list[Placed]:
-    """Random non-overlapping placement satisfying the spec's position (sizes 14–20 px)."""
+    """Random non-overlapping placement satisfying the spec's position (sizes uniform in ``SIZE_RANGE``)."""
     half = IMAGE_SIZE / 2
     for _ in range(1000):
         placed: list[Placed] = []
@@ -195,7 +196,7 @@ def layout(spec: Spec, rng: random.Random) -> list[Placed]:
         for obj in spec.objects:
             for _ in range(obj.count):
                 for _ in range(200):
-                    size = rng.uniform(14, 20)
+                    size = rng.uniform(*SIZE_RANGE)
                     lo, hi = size / 2 + 1, IMAGE_SIZE - size / 2 - 1
                     cx, cy = rng.uniform(lo, hi), rng.uniform(lo, hi)
                     if spec.position and spec.position[0] == "region":

@@ -44,6 +44,12 @@ def test_toy_build_is_deterministic_from_its_seed(tmp_path):
     c = read_checkpoint(make_toy_deepgen(str(tmp_path / "c"), progress=False,
                                          config=dict(short, seed=1))["checkpoint"])
     assert not torch.equal(a["transformer.proj_out.weight"], c["transformer.proj_out.weight"])
+    # A fixed pre-rendered pool (dit_pool) is as deterministic, and trains on other pairs than fresh sampling.
+    pooled = dict(short, dit_pool=6)
+    d = read_checkpoint(make_toy_deepgen(str(tmp_path / "d"), progress=False, config=pooled)["checkpoint"])
+    e = read_checkpoint(make_toy_deepgen(str(tmp_path / "e"), progress=False, config=pooled)["checkpoint"])
+    assert all(torch.equal(d[k], e[k]) for k in d)
+    assert not torch.equal(a["transformer.proj_out.weight"], d["transformer.proj_out.weight"])
 
 
 def test_toy_model_draws_what_it_is_asked(toy_model):
@@ -106,3 +112,23 @@ def test_toy_model_cli_refuses_a_variant_without_out(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--variant", "x4_mean_vae"])
     assert e.value.code == 2 and "needs --out DIR" in capsys.readouterr().err
+
+
+def test_toy_build_ema_is_the_closed_form_of_the_trained_weights(tmp_path):
+    """With ``dit_ema`` the checkpoint holds the EMA: after one step of decay d it is d·w0 + (1 − d)·w1, w0 the DiT's
+    initial weights (its saved random init) and w1 the weights the same build writes without the EMA."""
+    from safetensors.torch import load_file
+
+    from deepgen_rl.checkpoints.sft import read_checkpoint
+    from deepgen_rl.toy.model import TOY_CONFIG, make_toy_deepgen
+
+    one = dict(TOY_CONFIG, vae_steps=1, vae_batch=2, dit_steps=1, dit_batch=4, dit_pool=6)
+    plain = make_toy_deepgen(str(tmp_path / "plain"), progress=False, config=one)
+    w1 = read_checkpoint(plain["checkpoint"])
+    w0 = load_file(os.path.join(plain["sd3"], "transformer", "diffusion_pytorch_model.safetensors"))
+    ema = read_checkpoint(make_toy_deepgen(str(tmp_path / "ema"), progress=False,
+                                           config=dict(one, dit_ema=0.75))["checkpoint"])
+    key = "transformer.proj_out.weight"
+    assert not torch.equal(w1[key], w0["proj_out.weight"])  # the step moved it
+    for k in (key, "transformer.pos_embed.proj.weight", "transformer.transformer_blocks.0.attn.to_q.weight"):
+        torch.testing.assert_close(ema[k], 0.75 * w0[k[len("transformer."):]] + 0.25 * w1[k], rtol=0, atol=1e-6)
