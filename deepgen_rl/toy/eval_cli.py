@@ -1,7 +1,7 @@
 """Standalone toy-world evaluation of a model (+ optional RL checkpoint), the same code path as ``eval_freq``.
 
-``python -m deepgen_rl.toy.eval_cli --output_dir outputs/toy_eval [--checkpoint outputs/run/checkpoint-40]``
-writes ``<output_dir>/step_<step>/toy.html`` (every image with its checker verdict), ``toy_summary.json`` and
+``python -m deepgen_rl.toy.eval_cli --output_dir outputs/toy_eval [--checkpoint outputs/run/checkpoint-40]
+[--model_dir DIR]`` writes ``<output_dir>/step_<step>/toy.html`` (every image with its checker verdict), ``toy_summary.json`` and
 ``toy_verdicts.jsonl``, and prints strict accuracy and per-claim-type accuracy per dataset.
 """
 
@@ -16,6 +16,9 @@ def main(argv=None) -> int:
     p.add_argument("--output_dir", required=True)
     p.add_argument("--model_config", default="configs/models/deepgen_toy.py")
     p.add_argument("--checkpoint", default=None, help="RL checkpoint directory (or .pth / .safetensors) to load")
+    p.add_argument("--model_dir", default=None,
+                   help="a toy model folder built with python -m deepgen_rl.toy.model --variant NAME --out DIR "
+                        "(default: the toy config's own cache)")
     p.add_argument("--eval_dataset_config", default="assets/rl_datasets/toy/eval/eval_toy.yaml")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step", type=int, default=0, help="label of the output folder step_<step>")
@@ -26,7 +29,15 @@ def main(argv=None) -> int:
     from deepgen_rl.evaluation.runner import run_unigenbench_eval
     from deepgen_rl.models import build_model
 
-    model = build_model(a.model_config, checkpoint=a.checkpoint)
+    overrides = {}
+    if a.model_dir:
+        from .model import model_dir_overrides
+
+        try:
+            overrides = model_dir_overrides(a.model_dir)
+        except (OSError, ValueError) as e:
+            p.error(str(e))
+    model = build_model(a.model_config, checkpoint=a.checkpoint, **overrides)
     metrics = run_unigenbench_eval(model, load_eval_config(a.eval_dataset_config), a.output_dir, a.step,
                                    height=a.image_size, width=a.image_size, seed=a.seed, judge=False,
                                    batch_size=32)

@@ -132,3 +132,58 @@ def test_toy_build_ema_is_the_closed_form_of_the_trained_weights(tmp_path):
     assert not torch.equal(w1[key], w0["proj_out.weight"])  # the step moved it
     for k in (key, "transformer.pos_embed.proj.weight", "transformer.transformer_blocks.0.attn.to_q.weight"):
         torch.testing.assert_close(ema[k], 0.75 * w0[k[len("transformer."):]] + 0.25 * w1[k], rtol=0, atol=1e-6)
+
+
+def test_object_size_renders_the_build_images_bigger_and_is_restored(tmp_path, monkeypatch):
+    """``object_size`` sets the sizes of the images the build renders (and only during the build); a bad range is a
+    clear error before anything is trained."""
+    from deepgen_rl.toy import world
+    from deepgen_rl.toy.model import TOY_CONFIG, make_toy_deepgen
+
+    seen = []
+    layout = world.layout
+
+    def spy(spec, rng):
+        placed = layout(spec, rng)
+        seen.extend(p.size for p in placed)
+        return placed
+
+    monkeypatch.setattr(world, "layout", spy)
+    short = dict(TOY_CONFIG, vae_steps=1, vae_batch=2, dit_steps=1, dit_batch=4, object_size=(24, 26))
+    make_toy_deepgen(str(tmp_path / "big"), progress=False, config=short)
+    assert len(seen) >= 2 + 4 and all(24 <= s <= 26 for s in seen)
+    assert world.SIZE_RANGE == (14.0, 20.0)
+    with pytest.raises(ValueError, match="object_size"):
+        make_toy_deepgen(str(tmp_path / "bad"), progress=False, config=dict(short, object_size=(30, 40)))
+    assert world.SIZE_RANGE == (14.0, 20.0)
+
+
+def test_a_model_dir_loads_through_build_model_and_the_eval_cli(tmp_path, capsys):
+    """A toy model built elsewhere (a variant, ``--out``) loads by ``model_dir_overrides`` / ``eval_cli --model_dir``
+    with its own weights; a folder that is not a built toy model is a one-line error naming the build command."""
+    from deepgen_rl.checkpoints.sft import read_checkpoint
+    from deepgen_rl.models import build_model
+    from deepgen_rl.toy.eval_cli import main
+    from deepgen_rl.toy.model import TOY_CONFIG, make_toy_deepgen, model_dir_overrides
+    from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
+
+    root = str(tmp_path / "variant")
+    paths = make_toy_deepgen(root, progress=False,
+                             config=dict(TOY_CONFIG, vae_steps=1, vae_batch=2, dit_steps=1, dit_batch=4))
+    model = build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root))
+    raw = read_checkpoint(paths["checkpoint"])
+    assert torch.equal(model.transformer.proj_out.weight, raw["transformer.proj_out.weight"])
+    assert torch.equal(model.meta_queries, raw["meta_queries"])
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a red circle"}\n')
+    (tmp_path / "eval.yaml").write_text("datasets:\n  - name: toy_one\n    path: p.jsonl\n    cfg_scale: 0\n"
+                                        "    num_inference_steps: 2\n    duplicates: 1\n    scoring: toy\n")
+    out = tmp_path / "out"
+    assert main(["--output_dir", str(out), "--model_dir", root, "--eval_dataset_config",
+                 str(tmp_path / "eval.yaml")]) == 0
+    assert (out / "step_0" / "toy_summary.json").is_file()
+    with pytest.raises(SystemExit):
+        main(["--output_dir", str(out), "--model_dir", str(tmp_path / "nothing")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is not a built toy model" in err and "--variant NAME --out" in err
