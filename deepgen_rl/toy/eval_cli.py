@@ -1,8 +1,8 @@
 """Standalone toy-world evaluation of a model (+ optional RL checkpoint), the same code path as ``eval_freq``.
 
 ``python -m deepgen_rl.toy.eval_cli --output_dir outputs/toy_eval [--checkpoint outputs/run/checkpoint-40]
-[--model_dir DIR]`` writes ``<output_dir>/step_<step>/toy.html`` (every image with its checker verdict), ``toy_summary.json`` and
-``toy_verdicts.jsonl``, and prints strict accuracy and per-claim-type accuracy per dataset.
+[--model_dir DIR]`` writes ``<output_dir>/step_<step>/toy.html`` (every image with its checker verdict),
+``toy_summary.json`` and ``toy_verdicts.jsonl``, and prints strict accuracy and per-claim-type accuracy per dataset.
 """
 
 from __future__ import annotations

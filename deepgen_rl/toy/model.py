@@ -244,6 +244,19 @@ def _lr_lambda(steps: int, warmup: int, floor: float):
 VAE_RECIPES = ("stochastic", "mean")
 
 
+def object_sizes(cfg: dict[str, Any]) -> tuple[float, float]:
+    """The object size range the build renders its images with: ``cfg["object_size"]``, else the world's."""
+    from .world import IMAGE_SIZE, SIZE_RANGE
+
+    if not cfg.get("object_size"):
+        return SIZE_RANGE
+    lo, hi = (float(v) for v in cfg["object_size"])
+    if not 0 < lo <= hi <= IMAGE_SIZE / 2:
+        raise ValueError(f"toy config: object_size {cfg['object_size']!r} must be (lo, hi) with "
+                         f"0 < lo <= hi <= {IMAGE_SIZE // 2}")
+    return lo, hi
+
+
 def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, float]:
     """Train the VAE in place (then set scaling_factor = 1/std, shift_factor = mean of its latents).
 
@@ -262,12 +275,15 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
     from .world import sample_pairs
 
     recipe = cfg.get("vae_recipe", "stochastic")
+    sizes = object_sizes(cfg)
     if recipe not in VAE_RECIPES:
         raise ValueError(f"toy config: vae_recipe {recipe!r} is not one of {VAE_RECIPES}")
     vae = AutoencoderKL.from_pretrained(vae_dir)
     vae.train()
     rng = random.Random(f"toy-vae|{cfg['seed']}")
-    pool = _pixels([im for _, im in sample_pairs("train", cfg["vae_pool"], rng)]) * 2 - 1 if recipe == "mean" else None
+    pool = None
+    if recipe == "mean":
+        pool = _pixels([im for _, im in sample_pairs("train", cfg["vae_pool"], rng, sizes)]) * 2 - 1
     opt = torch.optim.Adam(vae.parameters(), lr=cfg["vae_lr"])
     sched = (torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg["vae_steps"], 20, 0.1)) if recipe == "mean"
              else None)
@@ -281,7 +297,7 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
             recon = vae.decode(mean + cfg["vae_latent_noise"] * torch.randn(mean.shape, generator=gen)).sample
             loss = torch.nn.functional.mse_loss(recon, x)
         else:
-            x = _pixels([im for _, im in sample_pairs("train", cfg["vae_batch"], rng)]) * 2 - 1
+            x = _pixels([im for _, im in sample_pairs("train", cfg["vae_batch"], rng, sizes)]) * 2 - 1
             post = vae.encode(x).latent_dist
             recon = vae.decode(post.mean + post.std * torch.randn(post.mean.shape, generator=gen)).sample
             loss = torch.nn.functional.mse_loss(recon, x) + 1e-6 * post.kl().mean()
@@ -301,11 +317,11 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
             z = torch.cat([vae.encode(pool[i:i + 256]).latent_dist.mean for i in range(0, len(pool), 256)])
             recon_mse = float("nan")
         else:
-            x = _pixels([im for _, im in sample_pairs("train", 64, rng)]) * 2 - 1
+            x = _pixels([im for _, im in sample_pairs("train", 64, rng, sizes)]) * 2 - 1
             z = vae.encode(x).latent_dist.mean
             recon_mse = torch.nn.functional.mse_loss(vae.decode(z).sample.clamp(-1, 1), x).item()
         shift, scale = float(z.mean()), float(1.0 / z.std())
-        held = sample_pairs("held_out", 128, random.Random(f"toy-vae-check|{cfg['seed']}"))
+        held = sample_pairs("held_out", 128, random.Random(f"toy-vae-check|{cfg['seed']}"), sizes)
         xh = _pixels([im for _, im in held]) * 2 - 1
         recon = vae.decode(vae.encode(xh).latent_dist.mean).sample.clamp(-1, 1)
         if recipe == "mean":
@@ -336,6 +352,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
     from .world import sample_pairs
 
     seed = cfg["seed"]
+    sizes = object_sizes(cfg)
     model = build_from_config(dict(cfg["deepgen"], lmm_path=paths["qwen"], sd3_path=paths["sd3"], dtype="float32",
                                    init_seed=seed + 3))
     gen = torch.Generator().manual_seed(seed + 4)
@@ -366,7 +383,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
     encode_with_grad = DeepGen.encode_prompts.__wrapped__
     pool_n = int(cfg.get("dit_pool", 0))
     if pool_n:  # render and encode a fixed pool once instead of fresh pairs every step (~35% of a step's CPU)
-        pool_texts, pool_images = zip(*sample_pairs("train", pool_n, rng))
+        pool_texts, pool_images = zip(*sample_pairs("train", pool_n, rng, sizes))
         with torch.no_grad():
             pool_x0 = torch.cat([model.encode_images(_pixels(pool_images[i:i + 256]))
                                  for i in range(0, pool_n, 256)])
@@ -379,7 +396,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
             idx = torch.randint(0, pool_n, (cfg["dit_batch"],), generator=noise_gen)
             texts, x0 = [pool_texts[i] for i in idx.tolist()], pool_x0[idx]
         else:
-            texts, images = zip(*sample_pairs("train", cfg["dit_batch"], rng))
+            texts, images = zip(*sample_pairs("train", cfg["dit_batch"], rng, sizes))
             with torch.no_grad():
                 x0 = model.encode_images(_pixels(images))
         texts, _ = drop_captions(list(texts), cfg["caption_dropout"], noise_gen)
@@ -416,22 +433,11 @@ def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any]
     paths = toy_paths(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     t0, cpu0 = time.time(), time.process_time()
-    from . import world
-
-    sizes = world.SIZE_RANGE
-    try:
-        if cfg.get("object_size"):
-            lo, hi = (float(v) for v in cfg["object_size"])
-            if not 0 < lo <= hi <= world.IMAGE_SIZE / 2:
-                raise ValueError(f"toy config: object_size {cfg['object_size']!r} must be (lo, hi) with "
-                                 f"0 < lo <= hi <= {world.IMAGE_SIZE // 2}")
-            world.SIZE_RANGE = (lo, hi)
-        with torch.random.fork_rng(devices=[]):
-            _write_base_parts(paths, cfg)
-            stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)
-            stats.update(_pretrain_deepgen(paths, cfg, progress))
-    finally:
-        world.SIZE_RANGE = sizes
+    object_sizes(cfg)  # a bad range fails before anything is built
+    with torch.random.fork_rng(devices=[]):
+        _write_base_parts(paths, cfg)
+        stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)
+        stats.update(_pretrain_deepgen(paths, cfg, progress))
     meta = {"version": TOY_VERSION, "config_hash": config_hash(cfg), "seed": cfg["seed"],
             "build_wall_s": round(time.time() - t0, 1), "build_cpu_s": round(time.process_time() - cpu0, 1),
             "torch_threads": torch.get_num_threads(), **stats}

@@ -187,8 +187,8 @@ def _box_ok(p: Placed, others: list[Placed], gap: float = 3.0) -> bool:
                for q in others)
 
 
-def layout(spec: Spec, rng: random.Random) -> list[Placed]:
-    """Random non-overlapping placement satisfying the spec's position (sizes uniform in ``SIZE_RANGE``)."""
+def layout(spec: Spec, rng: random.Random, sizes: tuple[float, float] = SIZE_RANGE) -> list[Placed]:
+    """Random non-overlapping placement satisfying the spec's position (object sizes uniform in ``sizes``)."""
     half = IMAGE_SIZE / 2
     for _ in range(1000):
         placed: list[Placed] = []
@@ -196,7 +196,7 @@ def layout(spec: Spec, rng: random.Random) -> list[Placed]:
         for obj in spec.objects:
             for _ in range(obj.count):
                 for _ in range(200):
-                    size = rng.uniform(*SIZE_RANGE)
+                    size = rng.uniform(*sizes)
                     lo, hi = size / 2 + 1, IMAGE_SIZE - size / 2 - 1
                     cx, cy = rng.uniform(lo, hi), rng.uniform(lo, hi)
                     if spec.position and spec.position[0] == "region":
@@ -250,13 +250,15 @@ def render_spec(spec: Spec, seed: int) -> Image.Image:
     return render(layout(spec, random.Random(f"{caption(spec)}|{seed}")))
 
 
-def sample_pairs(split: str, n: int, rng: random.Random) -> list[tuple[str, Image.Image]]:
-    """``n`` random (caption, image) pre-training pairs of ``split`` (kinds equally likely)."""
+def sample_pairs(split: str, n: int, rng: random.Random,
+                 sizes: tuple[float, float] = SIZE_RANGE) -> list[tuple[str, Image.Image]]:
+    """``n`` random (caption, image) pre-training pairs of ``split`` (kinds equally likely, object sizes in
+    ``sizes``)."""
     pools = {k: [s for s in split_specs(split) if s.kind == k] for k in KINDS}
     out = []
     for _ in range(n):
         spec = rng.choice(pools[rng.choice(KINDS)])
-        out.append((caption(spec), render(layout(spec, rng))))
+        out.append((caption(spec), render(layout(spec, rng, sizes))))
     return out
 
 

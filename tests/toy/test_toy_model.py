@@ -134,17 +134,17 @@ def test_toy_build_ema_is_the_closed_form_of_the_trained_weights(tmp_path):
         torch.testing.assert_close(ema[k], 0.75 * w0[k[len("transformer."):]] + 0.25 * w1[k], rtol=0, atol=1e-6)
 
 
-def test_object_size_renders_the_build_images_bigger_and_is_restored(tmp_path, monkeypatch):
-    """``object_size`` sets the sizes of the images the build renders (and only during the build); a bad range is a
-    clear error before anything is trained."""
+def test_object_size_renders_the_build_images_bigger_and_leaves_the_world_range(tmp_path, monkeypatch):
+    """``object_size`` sets the sizes of the images the build renders (the world's own range is untouched); a bad
+    range is a clear error before anything is trained."""
     from deepgen_rl.toy import world
     from deepgen_rl.toy.model import TOY_CONFIG, make_toy_deepgen
 
     seen = []
     layout = world.layout
 
-    def spy(spec, rng):
-        placed = layout(spec, rng)
+    def spy(spec, rng, sizes=world.SIZE_RANGE):
+        placed = layout(spec, rng, sizes)
         seen.extend(p.size for p in placed)
         return placed
 
