@@ -7,9 +7,18 @@ cannot be scored: ``valid=False`` (counted in ``info["num_not_toy_caption"]``), 
 ``exclusive=True`` (``--reward_kwargs '{"toy_compositional": {"exclusive": true}}'``) adds one claim: no blob of a
 colour the prompt does not name. It makes the reward's colour claims prompt-specific: without it an image of every
 colour passes every prompt's colour claims (docs/toy_world.md, "Prompt-specific or prompt-blind?").
+
+``blind=True`` is a control, not a training signal: each image is scored against a random caption of the toy grammar (a
+kind — single, count, region, relation — uniformly, then one of its ``world.all_specs()`` uniformly), chosen by a hash
+of the image's pixels (deterministic, whatever the batching). Its expected value given an image does not depend on the
+image's prompt, so RL on it can only make prompt-blind changes; what RL on the real reward gains beyond a blind run is
+prompt following (tests/toy/test_toy_rl.py). The prompt must still be a toy caption (else ``valid=False``, as always).
 """
 from __future__ import annotations
 
+import hashlib
+
+import numpy as np
 import torch
 
 from .base import Reward, register_reward
@@ -19,15 +28,18 @@ from .base import Reward, register_reward
 class ToyCompositionalReward(Reward):
     name = "toy_compositional"
 
-    def __init__(self, exclusive: bool = False):
-        if not isinstance(exclusive, bool):
-            raise ValueError(f"toy_compositional: exclusive must be true or false, got {exclusive!r}")
+    def __init__(self, exclusive: bool = False, blind: bool = False):
+        for name, value in (("exclusive", exclusive), ("blind", blind)):
+            if not isinstance(value, bool):
+                raise ValueError(f"toy_compositional: {name} must be true or false, got {value!r}")
         self.exclusive = exclusive
+        self.blind = blind
 
     def score(self, images, prompts, metadata):
         from deepgen_rl.toy.checker import check
-        from deepgen_rl.toy.world import CaptionError, parse_caption
+        from deepgen_rl.toy.world import KINDS, CaptionError, all_specs, parse_caption
 
+        pools = [[s for s in all_specs() if s.kind == k] for k in KINDS] if self.blind else []
         scores, valid, not_toy, strict = [], [], 0, 0
         for img, prompt in zip(images, prompts):
             try:
@@ -37,6 +49,10 @@ class ToyCompositionalReward(Reward):
                 valid.append(False)
                 not_toy += 1
                 continue
+            if self.blind:
+                digest = hashlib.sha256(np.asarray(img.convert("RGB")).tobytes()).digest()
+                pool = pools[digest[0] % len(pools)]
+                spec = pool[int.from_bytes(digest[1:9], "big") % len(pool)]
             result = check(img, spec, exclusive=self.exclusive)
             scores.append(result.score)
             valid.append(True)

@@ -149,3 +149,27 @@ def test_exclusive_claim_fails_colours_the_prompt_does_not_name():
     assert torch.allclose(exclusive.scores, torch.tensor([3 / 4, 1.0]))
     with pytest.raises(ValueError, match="exclusive must be true or false"):
         get_reward("toy_compositional", exclusive="yes")
+
+
+def test_blind_reward_ignores_the_prompt_and_scores_a_random_caption():
+    """``blind=True`` (the RL test's prompt-blind control): an image scores the same whatever its prompt (a non-toy
+    prompt is still refused), and rendered images score about what an image scores against a random caption of the
+    grammar (each kind equally likely), far below their own prompts."""
+    from deepgen_rl.rewards import get_reward
+
+    blind = get_reward("toy_compositional", blind=True)
+    rng = random.Random(0)
+    specs = [rng.choice([s for s in all_specs() if s.kind == k]) for k in KINDS for _ in range(40)]
+    images = [render_spec(s, i) for i, s in enumerate(specs)]
+    own = blind(images, [caption(s) for s in specs])
+    shuffled = blind(images, [caption(s) for s in specs[7:] + specs[:7]])
+    assert torch.equal(own.scores, shuffled.scores) and bool(own.valid.all())
+    assert blind([images[0]], ["a photo of a cat"]).valid.tolist() == [False]
+    # Independent estimate of the blind expectation: each image against fresh random captions (kind first).
+    expected = np.mean([check(im, rng.choice([s for s in all_specs() if s.kind == rng.choice(KINDS)])).score
+                        for im in images for _ in range(3)])
+    true_own = get_reward("toy_compositional")(images, [caption(s) for s in specs]).scores.mean().item()
+    assert true_own > 0.95 and abs(own.scores.mean().item() - expected) < 0.06, (true_own, expected)
+    assert own.scores.mean().item() < true_own - 0.3
+    with pytest.raises(ValueError, match="blind must be true or false"):
+        get_reward("toy_compositional", blind="yes")
