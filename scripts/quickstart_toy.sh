@@ -3,7 +3,7 @@
 # prompts, on a laptop CPU.
 #   1. builds/reuses .venv (same as scripts/test.sh)
 #   2. loads the pre-trained toy DeepGen (configs/models/deepgen_toy.py), or builds it once (announced, with progress
-#      bars: 13-32 minutes on one core, docs/toy_world.md; cached in $DEEPGEN_TOY_DIR)
+#      bars: ~6 minutes on one core, docs/toy_world.md; cached in $DEEPGEN_TOY_DIR)
 #   3. trains it with MR-GRPO (cps_sde sampler, gdpo advantages) on toy-world prompts with the programmatic
 #      toy_compositional reward, evaluating held-out compositions with ODE sampling (fixed seeds) at step 0 and every
 #      QUICKSTART_EVAL_EVERY steps

@@ -1,7 +1,6 @@
 """The toy-world quickstart, shortened: bash scripts/quickstart_toy.sh with QUICKSTART_STEPS=2.
 
-Needs the pre-trained toy DeepGen (13–26 CPU-minutes to build): runs only with DEEPGEN_TOY_TESTS=1
-(tests/toy/conftest.py).
+Needs the pre-trained toy DeepGen (built once, ~6 CPU-minutes; DEEPGEN_TOY_TESTS=0 skips it: tests/toy/conftest.py).
 """
 
 from __future__ import annotations

@@ -1,24 +1,26 @@
 """Does RL teach prompt following in the toy world? MR-GRPO (cps_sde, gdpo) with the exclusive toy reward must raise
-held-out claim accuracy prompt by prompt, by more than the same images gain on other prompts (a prompt-blind change
-would raise both alike), and the same run with negated advantages must not rise.
+held-out claim accuracy prompt by prompt, by more than the same run with a prompt-blind reward does (the cheapest
+explanation of a rise), and the same run with negated advantages must not rise.
 
-The training reward is ``toy_compositional`` with ``exclusive=True``: its extra claim (no colour the prompt does not
-name) takes away the prompt-blind shortcut of drawing every colour. The evaluation scores the issue's claims only
-(colour, shape, count, position), as always. With the plain reward (and lr 3e-4), measured on toy-v2, RL raised the
-own-prompt score 0.146 -> 0.286 but the other-prompt score nearly as much (0.121 -> 0.207; own - other 34 prompts up
-/ 30 down, p = 0.35): docs/toy_world.md, "Prompt-specific or prompt-blind?".
+Three runs of CI_STEPS steps from the pre-trained toy model, identical but for the reward or the advantages' sign:
+  rl        ``toy_compositional`` with ``exclusive=True`` (its extra claim, no colour the prompt does not name, takes
+            away the shortcut of drawing every colour);
+  blind     the same reward with ``blind=True``: each image is scored against a random caption of the grammar, so its
+            expectation given an image ignores the image's prompt. RL on it can make only prompt-blind changes
+            (brighter, bigger, more objects, crisper shapes for every prompt alike);
+  negated   the real reward with negated advantages.
+The evaluation scores the issue's claims only (colour, shape, count, position), always against the image's own prompt.
 
-Statistics. Held-out prompt i, at an eval (fixed noise, ODE, D = 4 images per prompt):
-  own_i    the fraction of the claims of its images that pass (its claim accuracy);
-  other_i  the same images' claim score against 8 other held-out prompts (`ToyRLResult.per_prompt_other`): what a
-           prompt-blind image scores. A prompt-blind change of the model ("draw every colour", brighter, bigger)
-           raises own and other alike; prompt following raises own more. spec_i = own_i − other_i.
-Each of the two outcomes is compared between the step-0 and the final eval with the one-sided exact sign test over
-the prompts whose outcome changed (`deepgen_rl.toy.rl_run.paired_sign_test`): its false-positive rate is ≤ α = 0.01
-under "each changed prompt is as likely to have fallen as risen", i.e. for own_i when training does not change the
-prompts' outcomes, and for spec_i when what training changes is prompt-blind (own and other move alike up to
-symmetric noise). Strict accuracy (all claims of an image pass) is asserted not to fall: the current toy model starts
-at ~0–2% strict on held-out prompts, too few passes for a short run's strict changes to be significant.
+Statistics. Held-out prompt i (64 prompts), at an eval (fixed noise, ODE, D = 8 images per prompt): own_i = the
+fraction of the claims of its images that pass. Two one-sided exact sign tests over the prompts whose outcome changed
+(`deepgen_rl.toy.rl_run.paired_sign_test`), each with false-positive rate ≤ α = 0.01:
+  * own_i at step 0 vs the rl run's last eval, under "training does not change the prompts' outcomes";
+  * the blind run's last own_i vs the rl run's, under "what the real reward teaches beyond a prompt-blind reward
+    does not help a prompt's own claims" (each changed prompt as likely to favour either run).
+own_i − other_i (the same images against 8 other held-out prompts, `ToyRLResult.per_prompt_other`) is printed as the
+earlier, weaker measure of the prompt-specific part. Measured on toy-v3 (docs/toy_world.md, "toy-v3"): after 40 steps
+own 0.363 -> 0.464 (45 prompts up / 16 down), blind run 0.363 -> 0.298, rl vs blind 54 / 8 (p = 8.5e-10); negated
+0.363 -> 0.067.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from deepgen_rl.toy.rl_run import paired_sign_test, run_toy_rl
 
 ALPHA = 0.01
 HELDOUT_ONLY = str(Path(__file__).with_name("eval_toy_heldout.yaml"))
-CI_STEPS = 30
+CI_STEPS = 20
+REWARD = {"exclusive": True}
 CI_FLAGS = dict(rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=8,
-                learning_rate=1e-4, seed=0, reward_kwargs={"toy_compositional": {"exclusive": True}})
+                learning_rate=1e-4, seed=0)
 
 
 def test_paired_sign_test_matches_the_binomial_tail():
@@ -44,24 +47,25 @@ def test_paired_sign_test_matches_the_binomial_tail():
 
 @pytest.fixture(scope="module")
 def rl_runs(tmp_path_factory, toy_model_paths):
-    """The RL run and its negated-advantages twin (CI_STEPS steps each), summarised per held-out prompt."""
+    """The RL run, its prompt-blind-reward control and its negated-advantages twin, summarised per held-out prompt.
+    One fixture used by one test: under pytest-xdist two tests could land on two workers and run it twice."""
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
 
     runs = {}
-    for name, negate in (("rl", False), ("negated", True)):
+    for name, negate, reward in (("rl", False, REWARD), ("blind", False, dict(REWARD, blind=True)),
+                                 ("negated", True, REWARD)):
         res = run_toy_rl(tmp_path_factory.mktemp(name), steps=CI_STEPS, eval_every=CI_STEPS,
                          model=build_model(TOY_MODEL_CONFIG), eval_config=HELDOUT_ONLY, negate_advantages=negate,
-                         **CI_FLAGS)
+                         reward_kwargs={"toy_compositional": reward}, **CI_FLAGS)
         before, after = (res.per_prompt(s, "toy_heldout", "score") for s in (0, CI_STEPS))
-        other0, other1 = (res.per_prompt_other(s, "toy_heldout") for s in (0, CI_STEPS))
-        spec0, spec1 = ({i: own[i] - other[i] for i in own} for own, other in ((before, other0), (after, other1)))
+        other1 = res.per_prompt_other(CI_STEPS, "toy_heldout")
         strict = res.strict_acc("toy_heldout")
-        runs[name] = dict(own=(_mean(before), _mean(after)), other=(_mean(other0), _mean(other1)),
-                          spec=(_mean(spec0), _mean(spec1)), strict=(strict[0], strict[CI_STEPS]),
-                          own_test=paired_sign_test(before, after), spec_test=paired_sign_test(spec0, spec1),
+        runs[name] = dict(before=before, after=after, own=(_mean(before), _mean(after)),
+                          spec=_mean({i: after[i] - other1[i] for i in after}), other=_mean(other1),
+                          strict=(strict[0], strict[CI_STEPS]), own_test=paired_sign_test(before, after),
                           rewards=[round(m["reward/toy_compositional"], 3) for m in res.history])
-        print(name, runs[name])
+        print(name, {k: v for k, v in runs[name].items() if k not in ("before", "after")})
     return runs
 
 
@@ -70,17 +74,13 @@ def _mean(values: dict[int, float]) -> float:
 
 
 @pytest.mark.slow
-def test_rl_raises_heldout_claim_accuracy_and_negated_advantages_do_not(rl_runs):
-    rl, neg = rl_runs["rl"], rl_runs["negated"]
-    assert rl["own_test"][2] < ALPHA and rl["own"][1] >= rl["own"][0] + 0.05, rl
-    assert rl["strict"][1] >= rl["strict"][0], rl
-    assert neg["own"][1] <= neg["own"][0] and neg["own_test"][0] <= neg["own_test"][1], neg
-    assert neg["spec"][1] <= neg["spec"][0] + 0.02 and neg["strict"][1] <= neg["strict"][0] + 1e-9, neg
-
-
-@pytest.mark.slow
-def test_rl_gain_is_more_than_a_prompt_blind_change(rl_runs):
-    """The cheapest explanation of a higher claim score is a prompt-blind change (more colours per image): the
-    prompt-specific part own − other must rise too, prompt by prompt."""
-    rl = rl_runs["rl"]
-    assert rl["spec_test"][2] < ALPHA and rl["spec"][1] >= rl["spec"][0] + 0.03, rl
+def test_rl_raises_heldout_claim_accuracy_beyond_a_prompt_blind_reward_and_negated_advantages_do_not(rl_runs):
+    rl, blind, neg = rl_runs["rl"], rl_runs["blind"], rl_runs["negated"]
+    assert rl["own_test"][2] < ALPHA and rl["own"][1] >= rl["own"][0] + 0.05, rl["own_test"]
+    versus_blind = paired_sign_test(blind["after"], rl["after"])
+    print("rl vs blind at the last eval (up, down, p):", versus_blind)
+    assert versus_blind[2] < ALPHA and rl["own"][1] >= blind["own"][1] + 0.05, versus_blind
+    # Strict accuracy (all claims pass) starts at ~5% of 512 images: asserted not to fall by more than 10 images.
+    assert rl["strict"][1] >= rl["strict"][0] - 0.02, rl["strict"]
+    assert neg["own"][1] <= neg["own"][0] and neg["own_test"][0] <= neg["own_test"][1], neg["own_test"]
+    assert neg["strict"][1] <= neg["strict"][0] + 1e-9, neg["strict"]
