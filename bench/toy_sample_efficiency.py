@@ -6,6 +6,7 @@ differs from the base arm ``cps/gdpo``):
   samplers   cps_sde (η 0.7, the toy world's; the recipe's is 1.0) | flowgrpo_sde (η 0.7) | dance_sde (η 0.3)
   advantages gdpo | grpo                                   (with cps_sde)
   trajectory full (timestep_fraction 0.6) | SDE window of 3 steps (Flow-GRPO-Fast style, cps_sde)
+  control    blind: cps_sde + gdpo on the prompt-blind reward (``toy_compositional`` with ``blind=True``)
 Each arm trains ``--steps`` MR-GRPO steps, evaluating held-out strict accuracy and claim score (ODE, fixed seeds;
 assets/rl_datasets/toy/eval) at step 0 and every ``--eval_every`` steps. CPU-seconds = process CPU time spent in
 training from the step-0 eval on (evaluation time excluded), measured with ``time.process_time`` around every
@@ -15,7 +16,7 @@ where strict accuracy is near 0; own − other, the part of the claim score a pr
 each eval + CPU-s), each with the gain per 100 CPU-s per arm, and writes a PNG with all three. The RL flags are
 ``deepgen_rl.toy.rl_run.TOY_RL_FLAGS`` (lr 1e-4, the exclusive reward) plus each arm's.
 
-  python bench/toy_sample_efficiency.py                      # all 6 arms, 40 steps each
+  python bench/toy_sample_efficiency.py                      # all 7 arms, 40 steps each
   python bench/toy_sample_efficiency.py --arms cps,flowgrpo  # a subset
   python bench/toy_sample_efficiency.py --smoke              # 2 arms x 2 steps (tests/bench)
 """
@@ -39,6 +40,10 @@ ARMS = {
     "dance": dict(atrain_sde_sampler="dance_sde", sde_eta=0.3),
     "grpo": dict(atrain_sde_sampler="cps_sde", sde_eta=0.7, atrain_adv_type="grpo"),
     "window": dict(atrain_sde_sampler="cps_sde", sde_eta=0.7, sde_window_size=3),
+    # The control: cps/gdpo on the prompt-blind reward (each image scored against a random caption); what an arm
+    # gains over it is prompt following (tests/toy/test_toy_rl.py).
+    "blind": dict(atrain_sde_sampler="cps_sde", sde_eta=0.7,
+                  reward_kwargs={"toy_compositional": {"exclusive": True, "blind": True}}),
 }
 ARMS["gdpo"] = ARMS["cps"]
 
@@ -110,7 +115,7 @@ def plot(curves: dict[str, list[tuple[int, float, float, float, float]]], path: 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arms", default="cps,flowgrpo,dance,gdpo,grpo,window")
+    p.add_argument("--arms", default="cps,flowgrpo,dance,gdpo,grpo,window,blind")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--eval_every", type=int, default=10)
     p.add_argument("--png", default=str(ROOT / "outputs" / "toy_sample_efficiency.png"))

@@ -1,6 +1,6 @@
 """Quickstart report: reward curve, before/after samples and an HTML page for a finished run.
 
-``python -m deepgen_rl.quickstart --output_dir outputs/quickstart --model_config configs/models/deepgen_tiny.py``
+``python -m deepgen_rl.quickstart --output_dir outputs/quickstart_tiny --model_config configs/models/deepgen_tiny.py``
 reads ``metrics.jsonl`` and the newest checkpoint of the run, and writes ``reward_curve.png``,
 ``samples_before_after.png`` and ``report.html`` next to them.
 """

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Quickstart: the whole system on a laptop CPU in a few minutes.
-#   1. builds/reuses .venv (same as scripts/test.sh) and the tiny random DeepGen model (cached)
-#   2. starts the real OCR reward service in the background (stopped at exit, also on Ctrl-C)
-#   3. trains the tiny model with MR-GRPO on the demo mixture (brightness reward on every prompt + OCR on text
-#      prompts + the SFT-auxiliary loss on the demo image-caption set), one evaluation pass at the end
-#   4. writes outputs/quickstart/: checkpoint, reward_curve.png, samples_before_after.png, report.html
-# Env: QUICKSTART_STEPS (40), QUICKSTART_OUTPUT_DIR (outputs/quickstart), OCR_PORT (a free port).
+# Quickstart (README's first command; the toy world, docs/toy_world.md): watch RL teach a text-to-image model to
+# follow prompts, on a laptop CPU. bash scripts/quickstart_tiny.sh is the pipeline demo with the OCR service instead.
+#   1. builds/reuses .venv (same as scripts/test.sh)
+#   2. loads the pre-trained toy DeepGen (configs/models/deepgen_toy.py), or builds it once (announced, with progress
+#      bars: ~6 minutes on one core, docs/toy_world.md; cached in $DEEPGEN_TOY_DIR)
+#   3. trains it with MR-GRPO (cps_sde sampler, gdpo advantages) on toy-world prompts with the programmatic
+#      toy_compositional reward, evaluating held-out compositions with ODE sampling (fixed seeds) at step 0 and every
+#      QUICKSTART_EVAL_EVERY steps
+#   4. writes outputs/quickstart/: checkpoint, samples_before_after.png (held-out prompts, each image with its checker
+#      verdict), accuracy_curve.png, reward_curve.png, report.html
+# The toy world needs no reward service (no OCR: it would read nothing in images of coloured shapes).
+# Env: QUICKSTART_STEPS (30), QUICKSTART_EVAL_EVERY (10), QUICKSTART_OUTPUT_DIR (outputs/quickstart).
 # Rerunning is safe: the previous outputs/quickstart is replaced.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,53 +21,35 @@ bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 export DEEPGEN_TINY_DIR="${DEEPGEN_TINY_DIR:-$ROOT/.cache/deepgen_tiny}"
-STEPS="${QUICKSTART_STEPS:-40}"
+export DEEPGEN_TOY_DIR="${DEEPGEN_TOY_DIR:-$ROOT/.cache/deepgen_toy}"
+STEPS="${QUICKSTART_STEPS:-30}"
+EVAL_EVERY="${QUICKSTART_EVAL_EVERY:-10}"
 OUT="${QUICKSTART_OUTPUT_DIR:-outputs/quickstart}"
-OCR_PORT="${OCR_PORT:-$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
-export OCR_URL="http://127.0.0.1:${OCR_PORT}"
 
 rm -rf "$OUT"
 mkdir -p "$OUT/logs"
-OCR_PID=""
-cleanup() {
-  if [ -n "$OCR_PID" ] && kill -0 "$OCR_PID" 2>/dev/null; then
-    kill "$OCR_PID" 2>/dev/null || true
-    wait "$OCR_PID" 2>/dev/null || true
-    echo "[quickstart] OCR service stopped"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
-echo "[quickstart] starting the OCR reward service on $OCR_URL (log: $OUT/logs/ocr_service.log)"
-OCR_HOST=127.0.0.1 OCR_PORT="$OCR_PORT" OCR_THREADS=2 python -m deepgen_rl.services.ocr.app --log-level warning \
-  > "$OUT/logs/ocr_service.log" 2>&1 &
-OCR_PID=$!
-for _ in $(seq 1 150); do
-  if python -c "import sys, httpx; sys.exit(0 if httpx.get('$OCR_URL/health', timeout=1).status_code == 200 else 1)" 2>/dev/null; then
-    break
-  fi
-  kill -0 "$OCR_PID" 2>/dev/null || { echo "[quickstart] the OCR service died; see $OUT/logs/ocr_service.log" >&2; exit 1; }
-  sleep 0.2
-done
+python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, toy_dir, read_meta
+p = ensure_toy_deepgen(); m = read_meta(p['root'])
+print(f\"[quickstart] toy DeepGen ready in {p['root']} (build took {m.get('build_wall_s', '?')} s wall, {m.get('build_cpu_s', '?')} s CPU)\")"
 
-echo "[quickstart] training the tiny DeepGen model for $STEPS MR-GRPO steps on the CPU"
+echo "[quickstart] training the toy DeepGen for $STEPS MR-GRPO steps on the CPU (eval every $EVAL_EVERY steps)"
 python -m deepgen_rl.grpo_deepgen \
-  --model_config configs/models/deepgen_tiny.py \
-  --dataset_config assets/rl_datasets/demo/demo_train.yaml \
-  --eval_dataset_config assets/rl_datasets/demo/eval/eval_demo.yaml \
-  --sftaux_dataset_config assets/sftaux/demo.py \
+  --model_config configs/models/deepgen_toy.py \
+  --dataset_config assets/rl_datasets/toy/toy_rl.yaml \
+  --eval_dataset_config assets/rl_datasets/toy/eval/eval_toy.yaml \
   --output_dir "$OUT" \
   --max_steps "$STEPS" --save_steps "$STEPS" --save_total_limit 1 \
-  --rollout_n 8 --rollout_micro_batch_size 16 --atrain_micro_batch_size 16 \
+  --rollout_n 8 --rollout_micro_batch_size 64 --atrain_micro_batch_size 64 \
   --num_inference_steps 8 --image_height 64 --image_width 64 \
-  --learning_rate 3e-3 --warmup_steps 0 --sde_eta 0.7 --clip_range 0.2 --beta 0 \
-  --sftaux_coef 1e-4 --sftaux_micro_batch_size 4 \
-  --eval_freq "$STEPS" --eval_judge false --log_images_every 10 \
-  --report_to none --disable_tqdm true --seed 0 2>&1 | tee "$OUT/logs/train.log" | grep --line-buffered -E "reward/total|saved|WARNING|Error" \
-  | sed -u -E "s/.*'reward\/total': '([^']*)'.*'time\/step_s': '([^']*)'.*/  reward\/total=\1  step_s=\2/"
+  --learning_rate 1e-4 --clip_range 0.2 --beta 0 --sde_eta 0.7 --warmup_steps 0 \
+  --reward_kwargs '{"toy_compositional": {"exclusive": true}}' \
+  --gradient_checkpointing false --sftaux_coef 0 \
+  --eval_freq "$EVAL_EVERY" --eval_at_start true --eval_judge false --log_images_every 10 \
+  --report_to none --disable_tqdm true --seed 0 2>&1 | tee "$OUT/logs/train.log" \
+  | grep --line-buffered -E "reward/toy_compositional|saved|WARNING|Error" \
+  | sed -u -E "s/.*'reward\/toy_compositional': '([^']*)'.*'time\/step_s': '([^']*)'.*/  reward=\1  step_s=\2/"
 
 echo "[quickstart] writing the report"
-python -m deepgen_rl.quickstart --output_dir "$OUT" --model_config configs/models/deepgen_tiny.py --image_size 64 \
-  --num_inference_steps 8
+python -m deepgen_rl.toy.quickstart --output_dir "$OUT"
 echo "[quickstart] done: open $OUT/report.html"

@@ -1,4 +1,5 @@
-"""README's first command, shortened: bash scripts/quickstart.sh with QUICKSTART_STEPS=3."""
+"""The pipeline demo on the random tiny model, shortened: bash scripts/quickstart_tiny.sh with QUICKSTART_STEPS=3
+(the OCR service started, asked and stopped)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_quickstart_short(tmp_path):
     out = tmp_path / "qs"
     env = {**os.environ, "QUICKSTART_STEPS": "3", "QUICKSTART_OUTPUT_DIR": str(out), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart_tiny.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "OCR service stopped" in proc.stdout

@@ -1,6 +1,6 @@
 """Quickstart report for a toy-world run (docs/toy_world.md): does RL teach the model to follow prompts?
 
-``python -m deepgen_rl.toy.quickstart --output_dir outputs/quickstart_toy`` reads the run's ``metrics.jsonl`` and its
+``python -m deepgen_rl.toy.quickstart --output_dir outputs/quickstart`` reads the run's ``metrics.jsonl`` and its
 evaluations (``eval/step_N/toy_summary.json``, ``toy_verdicts.jsonl`` and the eval images, written by the trainer's
 ``eval_freq`` hook with ``--eval_at_start true``), and writes next to them:
 

@@ -1,4 +1,4 @@
-"""The toy-world quickstart, shortened: bash scripts/quickstart_toy.sh with QUICKSTART_STEPS=2.
+"""README's first command (the toy-world quickstart), shortened: bash scripts/quickstart.sh with QUICKSTART_STEPS=2.
 
 Needs the pre-trained toy DeepGen (built once, ~6 CPU-minutes; DEEPGEN_TOY_TESTS=0 skips it: tests/toy/conftest.py).
 """
@@ -23,7 +23,7 @@ def test_toy_quickstart_short(tmp_path, toy_model_paths):
     out = tmp_path / "qs"
     env = {**os.environ, "QUICKSTART_STEPS": "2", "QUICKSTART_EVAL_EVERY": "2", "QUICKSTART_OUTPUT_DIR": str(out),
            "OMP_NUM_THREADS": "1", "DEEPGEN_TOY_DIR": toy_dir()}
-    proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart_toy.sh")], cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "toy DeepGen ready" in proc.stdout
