@@ -15,13 +15,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-bash scripts/setup_env.sh
-# shellcheck disable=SC1091
-. "${DEEPGEN_VENV:-$ROOT/.venv}/bin/activate"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-export DEEPGEN_TINY_DIR="${DEEPGEN_TINY_DIR:-$ROOT/.cache/deepgen_tiny}"
-export DEEPGEN_TOY_DIR="${DEEPGEN_TOY_DIR:-$ROOT/.cache/deepgen_toy}"
+# shellcheck source=scripts/quickstart_env.sh
+. scripts/quickstart_env.sh
 STEPS="${QUICKSTART_STEPS:-30}"
 EVAL_EVERY="${QUICKSTART_EVAL_EVERY:-10}"
 OUT="${QUICKSTART_OUTPUT_DIR:-outputs/quickstart}"
