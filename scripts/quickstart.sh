@@ -24,7 +24,7 @@ OUT="${QUICKSTART_OUTPUT_DIR:-outputs/quickstart}"
 rm -rf "$OUT"
 mkdir -p "$OUT/logs"
 
-python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, toy_dir, read_meta
+python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, read_meta
 p = ensure_toy_deepgen(); m = read_meta(p['root'])
 print(f\"[quickstart] toy DeepGen ready in {p['root']} (build took {m.get('build_wall_s', '?')} s wall, {m.get('build_cpu_s', '?')} s CPU)\")"
 

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from deepgen_rl.toy.rl_run import paired_sign_test, run_toy_rl
+from deepgen_rl.toy.rl_run import TOY_RL_FLAGS, paired_sign_test, run_toy_rl
 
 ALPHA = 0.01
 HELDOUT_ONLY = str(Path(__file__).with_name("eval_toy_heldout.yaml"))
 CI_STEPS = 20
-REWARD = {"exclusive": True}
+REWARD = TOY_RL_FLAGS["reward_kwargs"]["toy_compositional"]  # the toy reward ({"exclusive": True})
 CI_FLAGS = dict(rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=8,
                 learning_rate=1e-4, seed=0)
 

@@ -159,14 +159,15 @@ def test_blind_reward_ignores_the_prompt_and_scores_a_random_caption():
 
     blind = get_reward("toy_compositional", blind=True)
     rng = random.Random(0)
-    specs = [rng.choice([s for s in all_specs() if s.kind == k]) for k in KINDS for _ in range(40)]
+    pools = {k: [s for s in all_specs() if s.kind == k] for k in KINDS}
+    specs = [rng.choice(pools[k]) for k in KINDS for _ in range(40)]
     images = [render_spec(s, i) for i, s in enumerate(specs)]
     own = blind(images, [caption(s) for s in specs])
     shuffled = blind(images, [caption(s) for s in specs[7:] + specs[:7]])
     assert torch.equal(own.scores, shuffled.scores) and bool(own.valid.all())
     assert blind([images[0]], ["a photo of a cat"]).valid.tolist() == [False]
     # Independent estimate of the blind expectation: each image against fresh random captions (kind first).
-    expected = np.mean([check(im, rng.choice([s for s in all_specs() if s.kind == rng.choice(KINDS)])).score
+    expected = np.mean([check(im, rng.choice(pools[rng.choice(KINDS)])).score
                         for im in images for _ in range(3)])
     true_own = get_reward("toy_compositional")(images, [caption(s) for s in specs]).scores.mean().item()
     assert true_own > 0.95 and abs(own.scores.mean().item() - expected) < 0.06, (true_own, expected)
