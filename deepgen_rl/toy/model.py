@@ -66,6 +66,10 @@ TOY_V2_CONFIG: dict[str, Any] = dict(
 # last ones; ``object_size`` (lo, hi) renders the build's images (VAE and DiT training) with objects of that size
 # range instead of ``world.SIZE_RANGE`` (the checker, the prompts and RL do not depend on it).
 
+# Options a config may add besides (absent = as in TOY_V2_CONFIG): ``layout`` "random" (the world's placement) or
+# "slots" (``world.slot_layout``: fixed centres by count / region / relation, moved <= ``layout_jitter`` px) for the
+# build's images; ``vae_recipe`` "mean" with ``vae_pool`` and ``vae_latent_noise`` (see ``_train_vae``).
+
 # Everything that shapes the built model (its hash keys the cache, with TOY_VERSION). toy-v3: toy-v2 with objects of
 # 22-28 px in the build's images (the x8 VAE keeps their shapes: reconstructions pass the checker 0.63 strict vs
 # 0.12), a DiT of 3 layers x 64 wide at lr 2e-3 for 1,200 steps on a pool of 2,048 pairs, 300 VAE steps. Measured
@@ -94,6 +98,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
 # the highest train strict accuracy measured so far (docs/toy_world.md, "Bigger objects, longer pre-training"), at
 # ~4x toy-v2's build time.
 VARIANTS["big_objects"] = dict(VARIANTS["x4_mean_vae"], object_size=(22.0, 28.0), dit_steps=5000, dit_pool=8192)
+# slots (docs/toy_world.md, "The slots variant"): toy-v3's DiT trained twice as long on images whose objects (22-26
+# px) sit at fixed slots (``layout="slots"``: a caption then has nearly one image, which the small DiT learns far
+# faster than random placements), with the x8 VAE trained by the "mean" recipe (reconstructions pass the checker 0.96
+# strict; toy-v3's 0.63). The first build to meet the issue's base targets (ODE samples pass 0.63 strict on train
+# prompts, 0.42 on held-out compositions) in ~7.6 min on one core; RL with the toy flags does not improve it yet
+# (shapes erode while colours, counts and positions improve), so it is a variant, not the default.
+VARIANTS["slots"] = dict(
+    TOY_CONFIG, layout="slots", object_size=(22.0, 26.0), layout_jitter=2.0,
+    vae_recipe="mean", vae_steps=600, vae_batch=8, vae_lr=3e-3, vae_pool=2048, vae_latent_noise=0.02,
+    dit_steps=2400,
+)
 
 
 def config_hash(config: dict[str, Any] = TOY_CONFIG) -> str:
@@ -267,6 +282,18 @@ def object_sizes(cfg: dict[str, Any]) -> tuple[float, float]:
     return lo, hi
 
 
+def layout_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """How the build places objects in its images (``world.sample_pairs`` keywords): ``cfg["layout"]`` "random"
+    (the world's placement, the default) or "slots" (``world.slot_layout``, centres moved ≤ ``layout_jitter`` px),
+    with objects of ``object_sizes(cfg)``."""
+    from .world import LAYOUTS
+
+    mode = cfg.get("layout", "random")
+    if mode not in LAYOUTS:
+        raise ValueError(f"toy config: layout {mode!r} is not one of {LAYOUTS}")
+    return dict(sizes=object_sizes(cfg), layout_mode=mode, jitter=float(cfg.get("layout_jitter", 2.0)))
+
+
 def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, float]:
     """Train the VAE in place (then set scaling_factor = 1/std, shift_factor = mean of its latents).
 
@@ -285,7 +312,7 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
     from .world import sample_pairs
 
     recipe = cfg.get("vae_recipe", "stochastic")
-    sizes = object_sizes(cfg)
+    lay = layout_kwargs(cfg)
     if recipe not in VAE_RECIPES:
         raise ValueError(f"toy config: vae_recipe {recipe!r} is not one of {VAE_RECIPES}")
     vae = AutoencoderKL.from_pretrained(vae_dir)
@@ -293,7 +320,7 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
     rng = random.Random(f"toy-vae|{cfg['seed']}")
     pool = None
     if recipe == "mean":
-        pool = _pixels([im for _, im in sample_pairs("train", cfg["vae_pool"], rng, sizes)]) * 2 - 1
+        pool = _pixels([im for _, im in sample_pairs("train", cfg["vae_pool"], rng, **lay)]) * 2 - 1
     opt = torch.optim.Adam(vae.parameters(), lr=cfg["vae_lr"])
     sched = (torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg["vae_steps"], 20, 0.1)) if recipe == "mean"
              else None)
@@ -307,7 +334,7 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
             recon = vae.decode(mean + cfg["vae_latent_noise"] * torch.randn(mean.shape, generator=gen)).sample
             loss = torch.nn.functional.mse_loss(recon, x)
         else:
-            x = _pixels([im for _, im in sample_pairs("train", cfg["vae_batch"], rng, sizes)]) * 2 - 1
+            x = _pixels([im for _, im in sample_pairs("train", cfg["vae_batch"], rng, **lay)]) * 2 - 1
             post = vae.encode(x).latent_dist
             recon = vae.decode(post.mean + post.std * torch.randn(post.mean.shape, generator=gen)).sample
             loss = torch.nn.functional.mse_loss(recon, x) + 1e-6 * post.kl().mean()
@@ -327,11 +354,11 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
             z = torch.cat([vae.encode(pool[i:i + 256]).latent_dist.mean for i in range(0, len(pool), 256)])
             recon_mse = float("nan")
         else:
-            x = _pixels([im for _, im in sample_pairs("train", 64, rng, sizes)]) * 2 - 1
+            x = _pixels([im for _, im in sample_pairs("train", 64, rng, **lay)]) * 2 - 1
             z = vae.encode(x).latent_dist.mean
             recon_mse = torch.nn.functional.mse_loss(vae.decode(z).sample.clamp(-1, 1), x).item()
         shift, scale = float(z.mean()), float(1.0 / z.std())
-        held = sample_pairs("held_out", 128, random.Random(f"toy-vae-check|{cfg['seed']}"), sizes)
+        held = sample_pairs("held_out", 128, random.Random(f"toy-vae-check|{cfg['seed']}"), **lay)
         xh = _pixels([im for _, im in held]) * 2 - 1
         recon = vae.decode(vae.encode(xh).latent_dist.mean).sample.clamp(-1, 1)
         if recipe == "mean":
@@ -362,7 +389,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
     from .world import sample_pairs
 
     seed = cfg["seed"]
-    sizes = object_sizes(cfg)
+    lay = layout_kwargs(cfg)
     model = build_from_config(dict(cfg["deepgen"], lmm_path=paths["qwen"], sd3_path=paths["sd3"], dtype="float32",
                                    init_seed=seed + 3))
     gen = torch.Generator().manual_seed(seed + 4)
@@ -393,7 +420,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
     encode_with_grad = DeepGen.encode_prompts.__wrapped__
     pool_n = int(cfg.get("dit_pool", 0))
     if pool_n:  # render and encode a fixed pool once instead of fresh pairs every step (~35% of a step's CPU)
-        pool_texts, pool_images = zip(*sample_pairs("train", pool_n, rng, sizes))
+        pool_texts, pool_images = zip(*sample_pairs("train", pool_n, rng, **lay))
         with torch.no_grad():
             pool_x0 = torch.cat([model.encode_images(_pixels(pool_images[i:i + 256]))
                                  for i in range(0, pool_n, 256)])
@@ -406,7 +433,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
             idx = torch.randint(0, pool_n, (cfg["dit_batch"],), generator=noise_gen)
             texts, x0 = [pool_texts[i] for i in idx.tolist()], pool_x0[idx]
         else:
-            texts, images = zip(*sample_pairs("train", cfg["dit_batch"], rng, sizes))
+            texts, images = zip(*sample_pairs("train", cfg["dit_batch"], rng, **lay))
             with torch.no_grad():
                 x0 = model.encode_images(_pixels(images))
         texts, _ = drop_captions(list(texts), cfg["caption_dropout"], noise_gen)
@@ -443,7 +470,7 @@ def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any]
     paths = toy_paths(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     t0, cpu0 = time.time(), time.process_time()
-    object_sizes(cfg)  # a bad range fails before anything is built
+    layout_kwargs(cfg)  # a bad size range or layout fails before anything is built
     with torch.random.fork_rng(devices=[]):
         _write_base_parts(paths, cfg)
         stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)

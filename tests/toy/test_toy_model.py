@@ -135,27 +135,37 @@ def test_toy_build_ema_is_the_closed_form_of_the_trained_weights(tmp_path):
         torch.testing.assert_close(ema[k], 0.75 * w0[k[len("transformer."):]] + 0.25 * w1[k], rtol=0, atol=1e-6)
 
 
-def test_object_size_renders_the_build_images_bigger_and_leaves_the_world_range(tmp_path, monkeypatch):
-    """``object_size`` sets the sizes of the images the build renders (the world's own range is untouched); a bad
-    range is a clear error before anything is trained."""
+@pytest.mark.parametrize("mode", ["random", "slots"])
+def test_layout_and_object_size_reach_the_build_images_and_leave_the_world_range(tmp_path, monkeypatch, mode):
+    """``layout`` picks the placement the build renders its images with (``world.layout`` or ``world.slot_layout``)
+    and ``object_size`` their sizes (the world's own range is untouched); a bad range or layout is a clear error
+    before anything is trained."""
     from deepgen_rl.toy import world
-    from deepgen_rl.toy.model import TOY_CONFIG, make_toy_deepgen
+    from deepgen_rl.toy.model import TOY_CONFIG, VARIANTS, make_toy_deepgen
 
-    seen = []
-    layout = world.layout
+    seen = {"random": [], "slots": []}
+    real = {"random": world.layout, "slots": world.slot_layout}
 
-    def spy(spec, rng, sizes=world.SIZE_RANGE):
-        placed = layout(spec, rng, sizes)
-        seen.extend(p.size for p in placed)
+    def spy(name):
+        def placed(spec, rng, sizes, *rest):
+            out = real[name](spec, rng, sizes, *rest)
+            seen[name].extend(p.size for p in out)
+            return out
         return placed
 
-    monkeypatch.setattr(world, "layout", spy)
-    short = dict(TOY_CONFIG, vae_steps=1, vae_batch=2, dit_steps=1, dit_batch=4, dit_pool=4, object_size=(24, 26))
+    monkeypatch.setattr(world, "layout", spy("random"))
+    monkeypatch.setattr(world, "slot_layout", spy("slots"))
+    base = VARIANTS["slots"] if mode == "slots" else TOY_CONFIG  # the variant's own config (its "mean" VAE too)
+    short = dict(base, vae_steps=1, vae_batch=2, vae_pool=4, dit_steps=1, dit_batch=4, dit_pool=4,
+                 object_size=(24, 26), layout=mode)
     make_toy_deepgen(str(tmp_path / "big"), progress=False, config=short)
-    assert len(seen) >= 2 + 4 and all(24 <= s <= 26 for s in seen)
+    other = "slots" if mode == "random" else "random"
+    assert len(seen[mode]) >= 4 + 4 and all(24 <= s <= 26 for s in seen[mode]) and not seen[other]
     assert world.SIZE_RANGE == (14.0, 20.0)
     with pytest.raises(ValueError, match="object_size"):
         make_toy_deepgen(str(tmp_path / "bad"), progress=False, config=dict(short, object_size=(30, 40)))
+    with pytest.raises(ValueError, match="layout 'grid'"):
+        make_toy_deepgen(str(tmp_path / "bad2"), progress=False, config=dict(short, layout="grid"))
     assert world.SIZE_RANGE == (14.0, 20.0)
 
 
