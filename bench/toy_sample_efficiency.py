@@ -19,12 +19,15 @@ each eval + CPU-s), each with the gain per 100 CPU-s per arm, and writes a PNG w
   python bench/toy_sample_efficiency.py                      # all 7 arms, 40 steps each
   python bench/toy_sample_efficiency.py --arms cps,flowgrpo  # a subset
   python bench/toy_sample_efficiency.py --smoke              # 2 arms x 2 steps (tests/bench)
+  python bench/toy_sample_efficiency.py --model_dir /tmp/toy_slots --flags '{"learning_rate": 3e-4}'
+                                                             # a built variant, other trainer flags for every arm
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import shutil
 import sys
 import tempfile
@@ -48,7 +51,7 @@ ARMS = {
 ARMS["gdpo"] = ARMS["cps"]
 
 
-def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict
+def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict, model_dir: str | None = None
             ) -> list[tuple[int, float, float, float, float]]:
     """[(step, training CPU-s so far, held-out strict accuracy, held-out claim score, its prompt-specific part)] of
     one arm. The prompt-specific part is the mean over prompts of own − other: the claim score of a prompt's images
@@ -56,6 +59,7 @@ def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict
     prompt-blind change (e.g. "draw every colour") does not raise."""
     import deepgen_rl.trainer.eval_hook as eval_hook
     from deepgen_rl.models import build_model
+    from deepgen_rl.toy.model import model_dir_overrides
     from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG, run_toy_rl
 
     original = eval_hook.run_training_eval
@@ -74,7 +78,7 @@ def run_arm(name: str, steps: int, eval_every: int, workdir: Path, flags: dict
 
     eval_hook.run_training_eval = timed_eval
     try:
-        model = build_model(TOY_MODEL_CONFIG)
+        model = build_model(TOY_MODEL_CONFIG, **(model_dir_overrides(model_dir) if model_dir else {}))
         start = time.process_time()
         res = run_toy_rl(workdir / name, steps=steps, eval_every=eval_every, model=model, **{**flags, **ARMS[name]})
     finally:
@@ -121,7 +125,26 @@ def main(argv=None) -> int:
     p.add_argument("--png", default=str(ROOT / "outputs" / "toy_sample_efficiency.png"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="2 arms x 2 steps, small batches")
+    p.add_argument("--model_dir", default=None,
+                   help="a toy model built elsewhere (python -m deepgen_rl.toy.model --variant NAME --out DIR) "
+                        "instead of the default cache")
+    p.add_argument("--flags", default="{}",
+                   help="JSON object of trainer flags over TOY_RL_FLAGS for every arm (an arm's own flags win), "
+                        "e.g. '{\"learning_rate\": 3e-4, \"rollout_global_batch_size\": 256}'")
     a = p.parse_args(argv)
+    try:
+        extra = json.loads(a.flags)
+    except ValueError as e:
+        p.error(f"--flags is not JSON: {e}")
+    if not isinstance(extra, dict):
+        p.error(f"--flags must be a JSON object of trainer flags, got {a.flags!r}")
+    if a.model_dir:
+        from deepgen_rl.toy.model import model_dir_overrides
+
+        try:
+            model_dir_overrides(a.model_dir)
+        except (FileNotFoundError, ValueError) as e:
+            p.error(f"--model_dir: {e}")
     setup_env(a.threads)
     names = ["cps", "flowgrpo"] if a.smoke else [n.strip() for n in a.arms.split(",") if n.strip()]
     unknown = [n for n in names if n not in ARMS]
@@ -130,6 +153,7 @@ def main(argv=None) -> int:
     steps, every = (2, 2) if a.smoke else (a.steps, a.eval_every)
     flags = dict(rollout_micro_batch_size=16, atrain_micro_batch_size=16, rollout_n=4,
                  num_inference_steps=6) if a.smoke else {}
+    flags.update(extra)
     print(load_note())
     workdir = Path(tempfile.mkdtemp(prefix="toy_bench_"))
     curves = {}
@@ -137,7 +161,7 @@ def main(argv=None) -> int:
         for name in dict.fromkeys(names):  # "gdpo" and "cps" are the same arm: run once, report under both names
             key = "cps" if name == "gdpo" else name
             if key not in curves:
-                curves[key] = run_arm(key, steps, every, workdir, flags)
+                curves[key] = run_arm(key, steps, every, workdir, flags, a.model_dir)
             curves[name] = curves[key]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
