@@ -138,6 +138,7 @@ def main(argv=None) -> int:
         p.error(f"--flags is not JSON: {e}")
     if not isinstance(extra, dict):
         p.error(f"--flags must be a JSON object of trainer flags, got {a.flags!r}")
+    setup_env(a.threads)  # before torch-heavy imports (deepgen_rl.toy.model imports torch)
     if a.model_dir:
         from deepgen_rl.toy.model import model_dir_overrides
 
@@ -145,7 +146,6 @@ def main(argv=None) -> int:
             model_dir_overrides(a.model_dir)
         except (FileNotFoundError, ValueError) as e:
             p.error(f"--model_dir: {e}")
-    setup_env(a.threads)
     names = ["cps", "flowgrpo"] if a.smoke else [n.strip() for n in a.arms.split(",") if n.strip()]
     unknown = [n for n in names if n not in ARMS]
     if unknown:

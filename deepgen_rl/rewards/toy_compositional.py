@@ -34,15 +34,12 @@ class ToyCompositionalReward(Reward):
                 raise ValueError(f"toy_compositional: {name} must be true or false, got {value!r}")
         self.exclusive = exclusive
         self.blind = blind
-        self._blind_pools = None  # the grammar's specs per kind, built on the first blind score call
 
     def score(self, images, prompts, metadata):
         from deepgen_rl.toy.checker import check
-        from deepgen_rl.toy.world import KINDS, CaptionError, all_specs, parse_caption
+        from deepgen_rl.toy.world import KINDS, CaptionError, parse_caption, specs_by_kind
 
-        if self.blind and self._blind_pools is None:
-            self._blind_pools = [[s for s in all_specs() if s.kind == k] for k in KINDS]
-        pools = self._blind_pools
+        pools = [specs_by_kind()[k] for k in KINDS] if self.blind else []  # cached per kind
         scores, valid, not_toy, strict = [], [], 0, 0
         for img, prompt in zip(images, prompts):
             try:

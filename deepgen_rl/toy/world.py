@@ -18,10 +18,13 @@ the held-out split is every caption that contains at least one of them (new comp
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -151,11 +154,19 @@ def split_specs(split: str) -> list[Spec]:
     return [s for s in all_specs() if s.held_out == (split == "held_out")]
 
 
+@functools.lru_cache(maxsize=None)
+def specs_by_kind(split: str | None = None) -> Mapping[str, tuple[Spec, ...]]:
+    """Kind -> the specs of that kind, in :func:`all_specs` order: of the whole grammar (``split=None``) or of one
+    split (:func:`split_specs`). Built once per split; read-only."""
+    specs = all_specs() if split is None else split_specs(split)
+    return MappingProxyType({k: tuple(s for s in specs if s.kind == k) for k in KINDS})
+
+
 def sample_specs(split: str, n: int, seed: int, kind_weights: dict[str, float] | None = None) -> list[Spec]:
     """``n`` distinct specs of ``split``, kinds mixed by ``kind_weights`` (default equal), fixed by ``seed``."""
     weights = kind_weights or {k: 1.0 for k in KINDS}
     rng = random.Random(seed)
-    pool = {k: [s for s in split_specs(split) if s.kind == k] for k in KINDS}
+    pool = {k: list(specs) for k, specs in specs_by_kind(split).items()}
     for k in pool:
         rng.shuffle(pool[k])
     kinds = [k for k in KINDS if weights.get(k, 0) > 0 and pool[k]]
@@ -286,7 +297,7 @@ def sample_pairs(split: str, n: int, rng: random.Random, sizes: tuple[float, flo
     moved by at most ``jitter`` px)."""
     if layout_mode not in LAYOUTS:
         raise ValueError(f"layout_mode {layout_mode!r} is not one of {LAYOUTS}")
-    pools = {k: [s for s in split_specs(split) if s.kind == k] for k in KINDS}
+    pools = specs_by_kind(split)
     out = []
     for _ in range(n):
         spec = rng.choice(pools[rng.choice(KINDS)])
