@@ -22,7 +22,7 @@ TOY_MODEL_CONFIG = str(ROOT / "configs/models/deepgen_toy.py")
 TOY_RL_YAML = str(ROOT / "assets/rl_datasets/toy/toy_rl.yaml")
 TOY_EVAL_YAML = str(ROOT / "assets/rl_datasets/toy/eval/eval_toy.yaml")
 
-# CPU-sized flags; the rest are the recipe's defaults (cps_sde, gdpo, timestep_fraction 0.6, init_same_noise off).
+# CPU-sized flags; the rest are the recipe's defaults (cps_sde, gdpo, timestep_fraction 0.6, init_same_noise on).
 # lr 1e-4 and the exclusive reward: at 3e-4 (the toy setting until 2026-12-02) RL's gains were mostly prompt-blind and
 # the full-trajectory runs unstable after 10-30 steps (docs/toy_world.md, "Prompt-specific or prompt-blind?").
 TOY_RL_FLAGS: dict[str, Any] = dict(
