@@ -92,6 +92,11 @@ class GRPOConfig(TrainingArguments):
         default=0.1, metadata={"help": "DiffusionNFT mixing coefficient beta (v+ = beta v_theta + (1-beta) v_old)"})
     negate_advantages: bool = field(
         default=False, metadata={"help": "sanity check only: train on -A (the reward must then fall)"})
+    skip_zero_advantage: bool = field(default=False, metadata={
+        "help": "leave images with |A| <= --zero_advantage_tol out of the policy update's forwards (the same "
+                "gradient up to their |A| for flowgrpo/grpoguard with --beta 0; refused otherwise)"})
+    zero_advantage_tol: float = field(
+        default=1e-6, metadata={"help": "|A| at or below which --skip_zero_advantage leaves an image out"})
     ema_decay: float = field(default=0.0, metadata={"help": "EMA decay of the DiT weights (0 = no EMA)"})
     # ---- rewards ----
     reward_kwargs: str = field(
@@ -166,6 +171,15 @@ class GRPOConfig(TrainingArguments):
             raise ValueError("--timestep_fraction must be in (0, 1]")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError("--ema_decay must be in [0, 1)")
+        if self.skip_zero_advantage:
+            if self.atrain_algorithm == "diffusionnft" or self.beta > 0:
+                raise ValueError(
+                    "--skip_zero_advantage needs --beta 0 and a clipped-ratio objective (flowgrpo, grpoguard): "
+                    f"with --beta {self.beta} / --atrain_algorithm {self.atrain_algorithm} an image with A = 0 "
+                    "still has a gradient (the KL term / DiffusionNFT's 0.5 reward), so skipping it would change "
+                    "the update")
+            if not 0.0 <= self.zero_advantage_tol < 1e-2:
+                raise ValueError(f"--zero_advantage_tol must be in [0, 0.01), got {self.zero_advantage_tol}")
         if self.beta < 0 or not 0.0 <= self.sftaux_coef < 1.0:
             raise ValueError("--beta must be >= 0 and --sftaux_coef in [0, 1)")
         for name in ("rollout_n", "rollout_micro_batch_size", "atrain_micro_batch_size", "num_inference_steps",

@@ -35,7 +35,7 @@ from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam
                                                  dit_hidden_size, partitioned_fraction)
 from deepgen_rl.rl.objectives import OBJECTIVES, PieceInputs
 from deepgen_rl.trainer.ema import PartitionedEMA
-from deepgen_rl.trainer.policy import UpdateStats, policy_piece_loss
+from deepgen_rl.trainer.policy import UpdateStats, policy_piece_loss, update_indices
 from deepgen_rl.trainer.reward_overlap import GroupedRewardScheduler
 from deepgen_rl.trainer.reward_workers import DaemonExecutor
 from deepgen_rl.trainer.visuals import save_sample_grid
@@ -284,7 +284,9 @@ class DeepGenGRPOTrainer(Trainer):
         if args.negate_advantages:
             advantages = -advantages
         # policy update(s): exactly one optimizer step each
-        update_stats = [self._policy_update(batch, advantages, trained, u)
+        keep = update_indices(adv_out.advantages, self.rank, n, args.zero_advantage_tol
+                              if args.skip_zero_advantage else None)
+        update_stats = [self._policy_update(batch, advantages, trained, u, keep)
                         for u in range(args.atrain_num_actor_update_steps)]
         result = StepResult(batch, weights, local, g_scores, g_valid, g_weights, adv_out, advantages, update_stats,
                             timings=(t0, t_rollout, t_reward, time.perf_counter()))
@@ -347,13 +349,16 @@ class DeepGenGRPOTrainer(Trainer):
             lines.append(json.dumps(rec))
         (out / f"rank_{self.rank}.jsonl").write_text("\n".join(lines) + "\n")
 
-    def _policy_update(self, batch, advantages, trained, update_index: int) -> dict:
+    def _policy_update(self, batch, advantages, trained, update_index: int, keep: list[int] | None = None) -> dict:
+        """One optimizer update over the images ``keep`` (default: all) of the rollout batch, at the ``trained``
+        steps. The loss is scaled by 1/len(batch) whatever ``keep`` is (see `update_indices`); the statistics are
+        means over the images the update ran on."""
         args = self.args
         dit = self.dit_module
         dit.train()
         n = len(batch)
-        mbs = [list(range(s, min(s + args.atrain_micro_batch_size, n)))
-               for s in range(0, n, args.atrain_micro_batch_size)]
+        keep = list(range(n)) if keep is None else keep
+        mbs = [keep[s:s + args.atrain_micro_batch_size] for s in range(0, len(keep), args.atrain_micro_batch_size)]
         lam = args.sftaux_coef if self.sftaux is not None and (
             self.counters["optimizer_steps"] % args.sftaux_every_n_steps == 0) else 0.0
         pieces = [(mb, j) for mb in mbs for j in trained]
@@ -373,7 +378,7 @@ class DeepGenGRPOTrainer(Trainer):
                 nonfinite += 1
                 continue
             self._backward(loss * scale, is_last=done == total_backward)
-            sums.add(stats, len(mb), n, len(trained))
+            sums.add(stats, len(mb), len(keep), len(trained))
             if update_index == 0:  # before the first optimizer step the policy IS the rollout policy
                 sums.running_max("first_ratio_max_abs_dev", stats, "ratio_max_abs_dev")
         if lam > 0:
@@ -394,6 +399,7 @@ class DeepGenGRPOTrainer(Trainer):
         grad_norm = self._optimizer_step(skip)
         acc = sums.to_host()
         acc["nonfinite_losses"] = float(nonfinite)
+        acc["update_image_fraction"] = len(keep) / n
         acc["grad_norm"] = grad_norm
         return acc
 

@@ -18,7 +18,31 @@ import torch
 from deepgen_rl.models.deepgen.model import guided_velocity
 from deepgen_rl.rl.objectives import OBJECTIVES, Piece, PieceInputs
 
-__all__ = ["PieceInputs", "PieceStats", "UpdateStats", "make_piece", "policy_piece_loss"]
+__all__ = ["PieceInputs", "PieceStats", "UpdateStats", "make_piece", "policy_piece_loss", "update_indices"]
+
+
+def update_indices(global_advantages: torch.Tensor, rank: int, n: int, tol: float | None) -> list[int]:
+    """The local images (of ``n`` per rank) one policy update runs its forwards on.
+
+    ``tol`` None: all of them. Otherwise the images with |A| > ``tol`` (``--skip_zero_advantage``): under the
+    clipped-ratio objectives with β = 0 an image's loss is A·(ratio term), so an image with A = 0 adds exactly
+    nothing to the gradient and one with |A| ≤ tol adds at most tol times what a unit-advantage image adds. The loss
+    scale keeps dividing by ``n``, so the gradient is the full update's.
+
+    Every rank must run the same number of pieces (ZeRO's gathers and the per-piece finiteness check are
+    collectives), so each rank keeps as many images as the rank with the most kept images, padding with its own
+    skipped images in index order; and at least one, so the update still has a backward at the accumulation
+    boundary. ``global_advantages`` is the gathered (world·n,) tensor every rank holds, so no collective is needed.
+    """
+    if tol is None:
+        return list(range(n))
+    world = global_advantages.numel() // n
+    keep = (global_advantages.detach().abs().reshape(world, n) > tol).cpu()
+    target = max(1, int(keep.sum(1).max()))
+    mine = keep[rank]
+    kept = mine.nonzero().flatten().tolist()
+    pad = (~mine).nonzero().flatten().tolist()[:target - len(kept)]
+    return sorted(kept + pad)
 
 
 class PieceStats(Mapping):

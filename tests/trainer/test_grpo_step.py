@@ -250,3 +250,15 @@ def test_host_transfers_per_update_do_not_grow_with_the_pieces(tmp_path, monkeyp
         assert finite_checks == [1] * 2 * (pieces + sft), (pieces, finite_checks)
         assert all(m["train/nonfinite_losses"] == 0 and m["train/optimizer_steps"] > 0 for m in history)
         assert ("train/sft_loss" in history[0]) == sft
+
+
+def test_update_indices_keep_nonzero_advantages_and_pad_to_the_busiest_rank():
+    from deepgen_rl.trainer.policy import update_indices
+
+    a = torch.tensor([0.0, 1.0, 1e-8, 0.0,   -2.0, 0.5, 3.0, 0.0])  # rank 0: one |A| > 1e-6; rank 1: three
+    assert update_indices(a, 0, 4, None) == [0, 1, 2, 3]
+    assert update_indices(a, 1, 4, 1e-6) == [0, 1, 2]
+    assert update_indices(a, 0, 4, 1e-6) == [0, 1, 2]  # image 1 plus its first two skipped images, in order
+    assert update_indices(a, 0, 4, 0.0) == [0, 1, 2]  # tol 0: 1e-8 counts as non-zero (rank 0 keeps 1, 2)
+    assert update_indices(torch.zeros(8), 1, 4, 1e-6) == [0]  # always one image: the boundary backward
+    assert update_indices(torch.tensor([0.0, 2.0, 0.0]), 0, 3, 1e-6) == [1]  # one rank: no padding

@@ -15,7 +15,7 @@ from tests.trainer.helpers import ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
 CASES = ["none", "zero2", "zero3", "zero3_offload", "zero3_sd3", "zero3_all", "none_nan_last", "zero3_all_nan_last",
-         "zero2_skip", "zero2_bf16", "zero3_all_bf16"]
+         "zero2_skip", "zero2_bf16", "zero3_all_bf16", "none_zeroadv", "none_skipadv", "zero3_all_skipadv"]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,8 @@ def report():
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("none") and not c.endswith(("_skip", "_bf16"))])
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("none")
+                                  and not c.endswith(("_skip", "_bf16", "_zeroadv", "_skipadv"))])
 def test_deepspeed_gradient_equals_single_path(report, case):
     r, ref = report[case], report["none_nan_last" if case.endswith("_nan_last") else "none"]
     assert r["pieces"] == ref["pieces"] == 4
@@ -73,3 +74,20 @@ def test_fp32_masters_are_what_dit_safetensors_and_the_ema_read(report, case):
         assert r["master_vs_module"] > 1e-4 and r["master_bf16_vs_module"] == 0.0
     else:
         assert r["module_dtype"] == "torch.float32" and r["master_vs_module"] == 0.0
+
+
+@pytest.mark.parametrize("case", ["none_skipadv", "zero3_all_skipadv"])
+def test_skipping_zero_advantage_images_keeps_the_gradient(report, case):
+    """--skip_zero_advantage: rank 0 has 1 image with A != 0, rank 1 has 3, so both ranks run one micro-batch of 3
+    images (rank 0 pads with 2 of its A = 0 images) instead of 2 micro-batches of 4, and the accumulated gradient is
+    the one of the full update on the same advantages (with the same 1/n scale)."""
+    r, ref = report[case], report["none_zeroadv"]
+    assert ref["images_per_rank"] == 8
+    steps = ref["pieces"] // 2
+    assert r["pieces"] == steps and ref["pieces"] == 2 * steps  # one micro-batch per trained step, not two
+    assert r["update_image_fraction"] == pytest.approx(3 / 8) and ref["update_image_fraction"] == 1.0
+    assert ref["grad_norm"] > 1e-4  # the reference gradient is not trivially zero
+    assert r["max_abs_diff"] < 1e-6 * max(1.0, r["ref_max_abs"]), r
+    # the zeroed advantages changed the gradient by far more than skipping their images did
+    assert r["diff_vs_unzeroed"] > 1e3 * max(r["max_abs_diff"], 1e-9), r
+    assert r["norm_ratio"] == pytest.approx(1.0, abs=1e-5)

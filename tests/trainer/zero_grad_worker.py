@@ -7,7 +7,9 @@ assembles ZeRO partitions; the reference all-reduces and averages ``p.grad`` its
 every parameter partitioned (persistence threshold 0, small buckets). Cases ending in ``_nan_last`` poison the LAST
 policy piece of the update (and turn the SFT term off), so the update ends with the trainer's zero-loss boundary
 backward. ``zero2_skip`` makes DeepSpeed report its step as not applied (as on an overflow);
-``*_bf16`` runs DeepSpeed's bf16 mode (bf16 module, fp32 masters in the optimizer).
+``*_bf16`` runs DeepSpeed's bf16 mode (bf16 module, fp32 masters in the optimizer). Cases ending in ``_zeroadv`` set
+the advantages of all but the first image of rank 0 and all but the first three of rank 1 to 0 (unequal counts, so
+rank 0 must pad); ``_skipadv`` does the same with ``--skip_zero_advantage`` on; their reference is ``none_zeroadv``.
 """
 
 from __future__ import annotations
@@ -39,8 +41,23 @@ def zero3_all() -> dict:
     return cfg
 
 
-def one_update(name: str, ds_config, out: Path, *, nan_last: bool, skip: bool = False, bf16: bool = False) -> dict:
-    overrides = dict(max_steps=1, atrain_micro_batch_size=4, learning_rate=1e-3, ema_decay=0.5 if skip else 0.0)
+def zeroed_advantages(orig):
+    """compute_advantages with A = 0 except for global images 0 (rank 0) and n, n+1, n+2 (rank 1)."""
+    def wrapped(*a, **k):
+        out = orig(*a, **k)
+        n = out.advantages.numel() // dist.world_size()
+        keep = torch.zeros_like(out.advantages, dtype=torch.bool)
+        keep[0] = True
+        keep[n:n + 3] = True
+        out.advantages = torch.where(keep, out.advantages, torch.zeros_like(out.advantages))
+        return out
+    return wrapped
+
+
+def one_update(name: str, ds_config, out: Path, *, nan_last: bool, skip: bool = False, bf16: bool = False,
+               zero_adv: bool = False, skip_adv: bool = False) -> dict:
+    overrides = dict(max_steps=1, atrain_micro_batch_size=4, learning_rate=1e-3, ema_decay=0.5 if skip else 0.0,
+                     skip_zero_advantage=skip_adv)
     if not nan_last:  # the SFT term (λ = 0.5) is the LAST backward of the update
         overrides.update(sftaux_coef=0.5, sftaux_micro_batch_size=2)
     args = make_args(out / name, **overrides)
@@ -89,14 +106,20 @@ def one_update(name: str, ds_config, out: Path, *, nan_last: bool, skip: bool = 
     n_trained = max(1, round(args.timestep_fraction * args.num_inference_steps))
     pieces["total"] = -(-n_images // args.atrain_micro_batch_size) * n_trained
     grpo_trainer.policy_piece_loss = piece
+    orig_adv = grpo_trainer.compute_advantages
+    if zero_adv or skip_adv:
+        grpo_trainer.compute_advantages = zeroed_advantages(orig_adv)
     try:
         metrics = trainer.grpo_step(0)
     finally:
         grpo_trainer.policy_piece_loss = orig_piece
+        grpo_trainer.compute_advantages = orig_adv
         trainer._executor.shutdown(wait=True)
     result["grad_norm"] = metrics["train/grad_norm"]
     result["nonfinite"] = metrics["train/nonfinite_losses"]
     result["pieces"] = pieces["n"]
+    result["images_per_rank"] = n_images
+    result["update_image_fraction"] = metrics["train/update_image_fraction"]
     if trainer.engine is not None:  # the fp32 masters that dit.safetensors and the EMA are taken from
         masters = fp32_master_state_dict(trainer.dit_module, trainer.engine)
         with gathered_params(trainer.dit_module, trainer.zero_stage):
@@ -120,26 +143,34 @@ def main():
                "zero3_offload": str(DS / "zero3_offload.json"), "zero3_sd3": str(DS / "zero3_sd3.json"),
                "zero3_all": zero3_all(), "zero2_skip": str(DS / "zero2.json"),
                "zero2_bf16": str(DS / "zero2.json"), "zero3_all_bf16": zero3_all()}
+    configs.update({f"{base}_{kind}": configs[base] for base in ("none", "zero3_all") for kind in ("zeroadv", "skipadv")})
     out = Path(tempfile.mkdtemp(prefix="zero_grad_"))
-    report = {}
+    report, refs = {}, {}
     for case in names:
         base, nan_last = (case[: -len("_nan_last")], True) if case.endswith("_nan_last") else (case, False)
         bf16 = base.endswith("_bf16")
-        ref_key = "none_nan_last" if nan_last else "none"
-        res = one_update(case, configs[base], out, nan_last=nan_last, skip=case.endswith("_skip"), bf16=bf16)
+        adv_kind = base.rsplit("_", 1)[-1] if base.endswith(("_zeroadv", "_skipadv")) else ""
+        ref_key = "none_nan_last" if nan_last else ("none_zeroadv" if adv_kind else "none")
+        res = one_update(case, configs[base], out, nan_last=nan_last, skip=case.endswith("_skip"), bf16=bf16,
+                         zero_adv=adv_kind == "zeroadv", skip_adv=adv_kind == "skipadv")
         if case == ref_key:
-            ref = res
+            refs[case] = res
+        ref = refs.get(ref_key)
         if dist.rank() != 0:
             continue
         rep = {k: res.get(k) for k in ("grad_norm", "nonfinite", "pieces", "partitioned", "optimizer_steps",
                                        "skipped_updates", "ema_unchanged", "module_dtype", "master_vs_module",
-                                       "master_bf16_vs_module", "master_keys_ok")}
+                                       "master_bf16_vs_module", "master_keys_ok", "images_per_rank",
+                                       "update_image_fraction")}
         if case != ref_key and not case.endswith("_skip") and not bf16:
             diff = max(float((res["grads"][n] - ref["grads"][n]).abs().max()) for n in ref["grads"])
             scale = max(float(g.abs().max()) for g in ref["grads"].values())
             full = torch.cat([ref["grads"][n] for n in ref["grads"]])
             mine = torch.cat([res["grads"][n] for n in ref["grads"]])
             rep.update(max_abs_diff=diff, ref_max_abs=scale, norm_ratio=float(mine.norm() / full.norm()))
+            if ref_key == "none_zeroadv" and "none" in refs:  # how much zeroing the advantages moved the gradient
+                rep["diff_vs_unzeroed"] = max(float((res["grads"][n] - refs["none"]["grads"][n]).abs().max())
+                                              for n in ref["grads"])
         report[case] = rep
     if dist.rank() == 0:
         print("ZERO_GRAD_REPORT " + json.dumps(report), flush=True)
