@@ -102,14 +102,18 @@ def read_evals(output_dir: str | Path) -> tuple[dict[int, dict], dict[int, list[
 
 
 def run_toy_rl(output_dir: str | Path, *, steps: int, eval_every: int, model=None,
-               dataset_config: str = TOY_RL_YAML, eval_config: str = TOY_EVAL_YAML, **overrides) -> ToyRLResult:
-    """Train ``steps`` MR-GRPO steps on the toy world, evaluating at step 0 and every ``eval_every`` steps."""
+               dataset_config: str = TOY_RL_YAML, eval_config: str = TOY_EVAL_YAML,
+               sftaux_dataset_config: str | None = None, **overrides) -> ToyRLResult:
+    """Train ``steps`` MR-GRPO steps on the toy world, evaluating at step 0 and every ``eval_every`` steps.
+    ``sftaux_dataset_config`` (e.g. from `deepgen_rl.toy.sftaux.write_toy_sftaux`) with ``sftaux_coef`` > 0 adds
+    the SFT-auxiliary term."""
     from deepgen_rl.models import build_model
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
 
     args = toy_args(output_dir, max_steps=steps, eval_freq=eval_every, **overrides)
     model = model if model is not None else build_model(TOY_MODEL_CONFIG)
-    trainer = DeepGenGRPOTrainer(model, args, dataset_config=dataset_config, eval_dataset_config=eval_config)
+    trainer = DeepGenGRPOTrainer(model, args, dataset_config=dataset_config, eval_dataset_config=eval_config,
+                                 sftaux_dataset_config=sftaux_dataset_config)
     history = trainer.train(resume_from_checkpoint=False)
     evals, verdicts = read_evals(output_dir)
     return ToyRLResult(history=history, evals=evals, verdicts=verdicts, output_dir=str(output_dir))
