@@ -1,7 +1,8 @@
 # Pre-trained toy DeepGen for the toy compositional world (deepgen_rl/toy, docs/toy_world.md): the real model's
 # classes (tiny Qwen2.5-VL, connector, SD3 DiT, AutoencoderKL) saved with save_pretrained + an SFT-layout checkpoint,
 # pre-trained on 64x64 images of coloured shapes. build_model() builds it once (a few CPU minutes, announced, with
-# progress bars) into deepgen_rl.toy.model.toy_dir() ($DEEPGEN_TOY_DIR, else deepgen_toy next to $DEEPGEN_TINY_DIR,
+# progress bars; $DEEPGEN_TOY_VARIANT=NAME picks a build of deepgen_rl.toy.model.VARIANTS, e.g. slots)
+# into deepgen_rl.toy.model.toy_dir() ($DEEPGEN_TOY_DIR, else deepgen_toy next to $DEEPGEN_TINY_DIR,
 # else ~/.cache/deepgen_rl/toy-vN) and then loads it exactly like the real model. Sizes mirror
 # deepgen_rl.toy.model.TOY_CONFIG["deepgen"]. Images: 64x64 (8x8 latents).
 prebuilt = "deepgen_rl.toy.model:ensure_toy_deepgen"  # builds the files once; its folder fills {prebuilt_dir}

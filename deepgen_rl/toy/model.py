@@ -21,7 +21,8 @@ Build (all randomness from ``seed``; single-threaded torch ops are deterministic
      through ``encode_prompts`` into the connector, projectors and think tokens (the frozen random VLM stays as is;
      ``train_lora`` also trains its LoRA), so the conditioning learns to tell prompts apart.
 One build at a time per cache: an exclusive ``flock`` on ``<cache>.lock``; ``python -m deepgen_rl.toy.model`` builds
-the cache ahead of time (``--variant NAME --out DIR`` builds a variant of ``VARIANTS`` elsewhere).
+the cache ahead of time (``--variant NAME`` a variant of ``VARIANTS`` into its own cache, which
+``DEEPGEN_TOY_VARIANT=NAME`` makes ``build_model`` load; ``--out DIR`` elsewhere).
 The cache key is ``TOY_VERSION`` + a hash of ``TOY_CONFIG``: bump ``TOY_VERSION`` when the model code changes how a
 prompt reaches the DiT.
 """
@@ -116,13 +117,47 @@ def config_hash(config: dict[str, Any] = TOY_CONFIG) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
 
 
+VARIANT_NAMES = ("default", *VARIANTS)
+
+
+def variant_config(name: str) -> dict[str, Any]:
+    """The build config of a toy variant (``"default"``: ``TOY_CONFIG``)."""
+    if name == "default":
+        return TOY_CONFIG
+    if name not in VARIANTS:
+        raise ValueError(f"unknown toy variant {name!r}; one of {VARIANT_NAMES}")
+    return VARIANTS[name]
+
+
+def toy_variant() -> str:
+    """``$DEEPGEN_TOY_VARIANT`` (a name of ``VARIANTS``), else ``"default"``: the variant that
+    ``ensure_toy_deepgen`` (and so ``configs/models/deepgen_toy.py``) builds and loads."""
+    name = os.environ.get("DEEPGEN_TOY_VARIANT", "").strip() or "default"
+    if name not in VARIANT_NAMES:
+        raise ValueError(f"DEEPGEN_TOY_VARIANT={name!r} is not a toy variant; one of {VARIANT_NAMES}")
+    return name
+
+
+def meta_variant(meta: dict) -> str | None:
+    """The variant a build's ``toy_meta.json`` was made from: its ``variant`` field, else the variant whose config
+    hash it records (builds before 2026-12-03 have no field), else None (a config no variant has now)."""
+    if meta.get("variant"):
+        return meta["variant"]
+    return next((n for n in VARIANT_NAMES if config_hash(variant_config(n)) == meta.get("config_hash")), None)
+
+
 def toy_dir() -> str:
-    """``$DEEPGEN_TOY_DIR``, else ``toy`` next to ``$DEEPGEN_TINY_DIR``, else ``~/.cache/deepgen_rl/<version>``."""
+    """``$DEEPGEN_TOY_DIR``, else ``deepgen_toy`` next to ``$DEEPGEN_TINY_DIR``, else
+    ``~/.cache/deepgen_rl/<version>``; a variant other than the default (``$DEEPGEN_TOY_VARIANT``) adds
+    ``_<variant>`` / ``-<variant>`` to the last two."""
     if os.environ.get("DEEPGEN_TOY_DIR"):
         return os.environ["DEEPGEN_TOY_DIR"]
+    variant = toy_variant()
     if os.environ.get("DEEPGEN_TINY_DIR"):
-        return os.path.join(os.path.dirname(os.path.abspath(os.environ["DEEPGEN_TINY_DIR"])), "deepgen_toy")
-    return os.path.join(os.path.expanduser("~"), ".cache", "deepgen_rl", TOY_VERSION)
+        name = "deepgen_toy" if variant == "default" else f"deepgen_toy_{variant}"
+        return os.path.join(os.path.dirname(os.path.abspath(os.environ["DEEPGEN_TINY_DIR"])), name)
+    name = TOY_VERSION if variant == "default" else f"{TOY_VERSION}-{variant}"
+    return os.path.join(os.path.expanduser("~"), ".cache", "deepgen_rl", name)
 
 
 def toy_paths(root: str) -> dict[str, str]:
@@ -141,7 +176,8 @@ def read_meta(root: str) -> dict | None:
 
 def _is_current(root: str) -> bool:
     meta = read_meta(root)
-    return bool(meta) and meta.get("version") == TOY_VERSION and meta.get("config_hash") == config_hash()
+    return bool(meta) and meta.get("version") == TOY_VERSION and \
+        meta.get("config_hash") == config_hash(variant_config(toy_variant()))
 
 
 def ensure_toy_deepgen(progress: bool = True) -> dict[str, str]:
@@ -154,9 +190,10 @@ def ensure_toy_deepgen(progress: bool = True) -> dict[str, str]:
     import fcntl
     import sys
 
-    root = toy_dir()
+    root, variant = toy_dir(), toy_variant()
     if _is_current(root):
         return toy_paths(root)
+    _check_replaceable(root, variant)
     parent = os.path.dirname(os.path.abspath(root))
     os.makedirs(parent, exist_ok=True)
     with open(f"{os.path.abspath(root)}.lock", "w") as lock:
@@ -168,21 +205,37 @@ def ensure_toy_deepgen(progress: bool = True) -> dict[str, str]:
             fcntl.flock(lock, fcntl.LOCK_EX)
         if _is_current(root):
             return toy_paths(root)
-        print(f"[deepgen_rl.toy] building the toy DeepGen into {root} (one time, a few minutes on 2 CPU cores)",
+        what = "the toy DeepGen" if variant == "default" else f"the toy DeepGen variant {variant!r}"
+        print(f"[deepgen_rl.toy] building {what} into {root} (one time, a few minutes on 2 CPU cores)",
               file=sys.stderr, flush=True)
-        _build_into(root, parent, progress)
+        _build_into(root, parent, progress, variant)
     return toy_paths(root)
 
 
-def _build_into(root: str, parent: str, progress: bool) -> None:
+def _check_replaceable(root: str, variant: str) -> None:
+    """Refuse (before any build) to replace a folder that is not an outdated build of ``variant``: a foreign
+    folder, or a current build of another variant (e.g. ``DEEPGEN_TOY_DIR`` pointed at a ``--variant`` build)."""
+    if not os.path.isdir(root) or not os.listdir(root):
+        return
+    meta = read_meta(root)
+    if meta is None:
+        raise FileExistsError(f"DEEPGEN_TOY_DIR={root} exists and is not a toy-model cache; remove it or "
+                              f"point DEEPGEN_TOY_DIR elsewhere")
+    other = meta_variant(meta)
+    if meta.get("version") == TOY_VERSION and other is not None and other != variant:
+        hint = "unset DEEPGEN_TOY_VARIANT" if other == "default" else f"set DEEPGEN_TOY_VARIANT={other}"
+        raise FileExistsError(f"{root} holds a current build of the toy variant {other!r}, but "
+                              f"DEEPGEN_TOY_VARIANT asks for {variant!r}: {hint} to use it, or point DEEPGEN_TOY_DIR "
+                              "elsewhere (it is not replaced)")
+
+
+def _build_into(root: str, parent: str, progress: bool, variant: str = "default") -> None:
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(root)}.tmp-", dir=parent)
     stale = f"{tmp}-stale"
     try:
-        make_toy_deepgen(tmp, progress=progress)
+        make_toy_deepgen(tmp, progress=progress, config=variant_config(variant))
         if os.path.isdir(root):
-            if read_meta(root) is None and os.listdir(root):
-                raise FileExistsError(f"DEEPGEN_TOY_DIR={root} exists and is not a toy-model cache; remove it or "
-                                      f"point DEEPGEN_TOY_DIR elsewhere")
+            _check_replaceable(root, variant)  # again: the folder may have changed during the build
             os.rename(root, stale)  # an outdated cache (we hold the lock: nobody else moves it)
         os.rename(tmp, root)
     finally:
@@ -476,7 +529,8 @@ def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any]
         _write_base_parts(paths, cfg)
         stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)
         stats.update(_pretrain_deepgen(paths, cfg, progress))
-    meta = {"version": TOY_VERSION, "config_hash": config_hash(cfg), "seed": cfg["seed"],
+    variant = next((n for n in VARIANT_NAMES if config_hash(variant_config(n)) == config_hash(cfg)), None)
+    meta = {"version": TOY_VERSION, "config_hash": config_hash(cfg), "variant": variant, "seed": cfg["seed"],
             "build_wall_s": round(time.time() - t0, 1), "build_cpu_s": round(time.process_time() - cpu0, 1),
             "torch_threads": torch.get_num_threads(), **stats}
     with open(os.path.join(out_dir, DONE_MARKER), "w") as f:
@@ -504,18 +558,18 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--no_progress", action="store_true", help="no progress bars")
-    p.add_argument("--variant", choices=("default", *VARIANTS), default="default",
-                   help="default: TOY_CONFIG into the cache that build_model uses; another variant needs --out")
+    p.add_argument("--variant", choices=VARIANT_NAMES, default="default",
+                   help="the config to build (default: TOY_CONFIG); without --out into the cache that build_model "
+                        "uses with DEEPGEN_TOY_VARIANT=NAME")
     p.add_argument("--out", default=None, help="build into this folder instead of the cache (required for a variant)")
     a = p.parse_args(argv)
-    if a.variant != "default" and not a.out:
-        p.error(f"--variant {a.variant} needs --out DIR (the cache holds the default TOY_CONFIG only)")
     if a.out:
         if os.path.exists(a.out):
             p.error(f"--out {a.out} exists; give a new folder")
-        config = VARIANTS.get(a.variant, TOY_CONFIG)
-        paths = make_toy_deepgen(a.out, progress=not a.no_progress, config=config)
+        paths = make_toy_deepgen(a.out, progress=not a.no_progress, config=variant_config(a.variant))
     else:
+        if a.variant != "default":  # the variant's own cache (what DEEPGEN_TOY_VARIANT=NAME loads)
+            os.environ["DEEPGEN_TOY_VARIANT"] = a.variant
         paths = ensure_toy_deepgen(progress=not a.no_progress)
     meta = read_meta(paths["root"]) or {}
     print(f"toy DeepGen ready in {paths['root']} (build: {meta.get('build_wall_s', '?')} s wall, "

@@ -27,22 +27,12 @@ from pathlib import Path
 CONFIG_NAME = "toy_sftaux.py"
 
 
-def variant_config(variant: str) -> dict:
-    from .model import TOY_CONFIG, VARIANTS
-
-    if variant == "default":
-        return TOY_CONFIG
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown toy variant {variant!r}; one of {('default', *VARIANTS)}")
-    return VARIANTS[variant]
-
-
 def write_toy_sftaux(out_dir: str | Path, *, n: int = 4096, variant: str = "default", seed: int = 0,
                      batch_size: int = 32) -> Path:
     """Write ``n`` train-split pairs placed as ``variant`` was pre-trained; returns the config's path."""
     from tqdm.auto import tqdm
 
-    from .model import layout_kwargs
+    from .model import layout_kwargs, variant_config
     from .world import IMAGE_SIZE, sample_pairs
 
     if n < 1:
@@ -79,12 +69,12 @@ def main(argv=None) -> int:
     """``python -m deepgen_rl.toy.sftaux``: write a toy SFT-auxiliary dataset and print its config's path."""
     import argparse
 
-    from .model import VARIANTS
+    from .model import VARIANT_NAMES
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--out", required=True, help="folder to create (must not exist)")
     p.add_argument("--n", type=int, default=4096, help="number of (caption, image) pairs")
-    p.add_argument("--variant", choices=("default", *VARIANTS), default="default",
+    p.add_argument("--variant", choices=VARIANT_NAMES, default="default",
                    help="the toy variant whose pre-training layout the images follow")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)

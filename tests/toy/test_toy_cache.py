@@ -20,7 +20,8 @@ def _fake_make(out_dir: str, progress: bool = True, config=None):
         f.write(f"{os.getpid()}\n")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, toy_model.DONE_MARKER), "w") as f:
-        json.dump({"version": toy_model.TOY_VERSION, "config_hash": toy_model.config_hash()}, f)
+        json.dump({"version": toy_model.TOY_VERSION,
+                   "config_hash": toy_model.config_hash(config or toy_model.TOY_CONFIG)}, f)
     return toy_model.toy_paths(out_dir)
 
 
@@ -72,3 +73,29 @@ def test_a_stale_cache_is_rebuilt_and_a_foreign_folder_refused(fake_build, monke
     with pytest.raises(FileExistsError, match="not a toy-model cache"):
         toy_model.ensure_toy_deepgen(progress=False)
     assert (other / "precious.txt").read_text() == "keep me"
+
+
+def test_a_variant_has_its_own_cache_and_another_variants_build_is_never_replaced(fake_build, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_BUILD_S", "0")
+    monkeypatch.delenv("DEEPGEN_TOY_DIR")
+    monkeypatch.delenv("DEEPGEN_TINY_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(fake_build / "home"))
+    monkeypatch.setenv("DEEPGEN_TOY_VARIANT", "slots")
+    root = toy_model.ensure_toy_deepgen(progress=False)["root"]
+    assert root.endswith(f"{toy_model.TOY_VERSION}-slots") and _builds(fake_build) == 1
+    assert toy_model.read_meta(root)["config_hash"] == toy_model.config_hash(toy_model.VARIANTS["slots"])
+    assert toy_model.meta_variant(toy_model.read_meta(root)) == "slots"
+    toy_model.ensure_toy_deepgen(progress=False)
+    assert _builds(fake_build) == 1  # current: not rebuilt
+    # the CLI without --out builds into the same cache
+    assert toy_model.main(["--variant", "slots", "--no_progress"]) == 0 and _builds(fake_build) == 1
+    assert root in capsys.readouterr().out
+    # DEEPGEN_TOY_DIR pointed at that build while asking for the default: refused before any build, nothing lost
+    monkeypatch.setenv("DEEPGEN_TOY_DIR", root)
+    monkeypatch.delenv("DEEPGEN_TOY_VARIANT")
+    with pytest.raises(FileExistsError, match="DEEPGEN_TOY_VARIANT=slots"):
+        toy_model.ensure_toy_deepgen(progress=False)
+    assert _builds(fake_build) == 1 and toy_model.meta_variant(toy_model.read_meta(root)) == "slots"
+    monkeypatch.setenv("DEEPGEN_TOY_VARIANT", "no_such_variant")
+    with pytest.raises(ValueError, match="not a toy variant"):
+        toy_model.toy_variant()

@@ -107,14 +107,6 @@ def test_x4_mean_vae_variant_builds_with_consistent_shapes_and_trains_the_lora(t
     assert first and first <= moved and all(k.startswith(on_path) for k in moved)
 
 
-def test_toy_model_cli_refuses_a_variant_without_out(capsys):
-    from deepgen_rl.toy.model import main
-
-    with pytest.raises(SystemExit) as e:
-        main(["--variant", "x4_mean_vae"])
-    assert e.value.code == 2 and "needs --out DIR" in capsys.readouterr().err
-
-
 def test_toy_build_ema_is_the_closed_form_of_the_trained_weights(tmp_path):
     """With ``dit_ema`` the checkpoint holds the EMA: after one step of decay d it is d·w0 + (1 − d)·w1, w0 the DiT's
     initial weights (its saved random init) and w1 the weights the same build writes without the EMA."""
