@@ -138,21 +138,24 @@ def toy_variant() -> str:
     return name
 
 
+def _variant_with_hash(digest: str | None) -> str | None:
+    """The variant whose config hashes to ``digest`` (None: no variant has that config now)."""
+    return next((n for n in VARIANT_NAMES if config_hash(variant_config(n)) == digest), None)
+
+
 def meta_variant(meta: dict) -> str | None:
     """The variant a build's ``toy_meta.json`` was made from: its ``variant`` field, else the variant whose config
     hash it records (builds before 2026-12-03 have no field), else None (a config no variant has now)."""
-    if meta.get("variant"):
-        return meta["variant"]
-    return next((n for n in VARIANT_NAMES if config_hash(variant_config(n)) == meta.get("config_hash")), None)
+    return meta.get("variant") or _variant_with_hash(meta.get("config_hash"))
 
 
-def toy_dir() -> str:
+def toy_dir(variant: str | None = None) -> str:
     """``$DEEPGEN_TOY_DIR``, else ``deepgen_toy`` next to ``$DEEPGEN_TINY_DIR``, else
-    ``~/.cache/deepgen_rl/<version>``; a variant other than the default (``$DEEPGEN_TOY_VARIANT``) adds
-    ``_<variant>`` / ``-<variant>`` to the last two."""
+    ``~/.cache/deepgen_rl/<version>``; a variant other than the default (``variant``, else
+    ``$DEEPGEN_TOY_VARIANT``) adds ``_<variant>`` / ``-<variant>`` to the last two."""
     if os.environ.get("DEEPGEN_TOY_DIR"):
         return os.environ["DEEPGEN_TOY_DIR"]
-    variant = toy_variant()
+    variant = variant or toy_variant()
     if os.environ.get("DEEPGEN_TINY_DIR"):
         name = "deepgen_toy" if variant == "default" else f"deepgen_toy_{variant}"
         return os.path.join(os.path.dirname(os.path.abspath(os.environ["DEEPGEN_TINY_DIR"])), name)
@@ -174,14 +177,15 @@ def read_meta(root: str) -> dict | None:
         return None
 
 
-def _is_current(root: str) -> bool:
+def _is_current(root: str, variant: str) -> bool:
     meta = read_meta(root)
     return bool(meta) and meta.get("version") == TOY_VERSION and \
-        meta.get("config_hash") == config_hash(variant_config(toy_variant()))
+        meta.get("config_hash") == config_hash(variant_config(variant))
 
 
-def ensure_toy_deepgen(progress: bool = True) -> dict[str, str]:
-    """Paths of the cached toy model, building it (announced on stderr, with progress bars) if absent or stale.
+def ensure_toy_deepgen(progress: bool = True, variant: str | None = None) -> dict[str, str]:
+    """Paths of the cached toy model of ``variant`` (default: ``toy_variant()``), building it (announced on stderr,
+    with progress bars) if absent or stale.
 
     One build at a time: a process that finds another one building (an exclusive ``flock`` on ``<cache>.lock``,
     released by the OS if that process dies) says so and waits for it, then uses its result. The build goes into a
@@ -190,8 +194,9 @@ def ensure_toy_deepgen(progress: bool = True) -> dict[str, str]:
     import fcntl
     import sys
 
-    root, variant = toy_dir(), toy_variant()
-    if _is_current(root):
+    variant = variant or toy_variant()
+    root = toy_dir(variant)
+    if _is_current(root, variant):
         return toy_paths(root)
     _check_replaceable(root, variant)
     parent = os.path.dirname(os.path.abspath(root))
@@ -203,7 +208,7 @@ def ensure_toy_deepgen(progress: bool = True) -> dict[str, str]:
             print(f"[deepgen_rl.toy] another process is building the toy DeepGen into {root}; waiting for it",
                   file=sys.stderr, flush=True)
             fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_current(root):
+        if _is_current(root, variant):
             return toy_paths(root)
         what = "the toy DeepGen" if variant == "default" else f"the toy DeepGen variant {variant!r}"
         print(f"[deepgen_rl.toy] building {what} into {root} (one time, a few minutes on 2 CPU cores)",
@@ -529,8 +534,8 @@ def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any]
         _write_base_parts(paths, cfg)
         stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)
         stats.update(_pretrain_deepgen(paths, cfg, progress))
-    variant = next((n for n in VARIANT_NAMES if config_hash(variant_config(n)) == config_hash(cfg)), None)
-    meta = {"version": TOY_VERSION, "config_hash": config_hash(cfg), "variant": variant, "seed": cfg["seed"],
+    digest = config_hash(cfg)
+    meta = {"version": TOY_VERSION, "config_hash": digest, "variant": _variant_with_hash(digest), "seed": cfg["seed"],
             "build_wall_s": round(time.time() - t0, 1), "build_cpu_s": round(time.process_time() - cpu0, 1),
             "torch_threads": torch.get_num_threads(), **stats}
     with open(os.path.join(out_dir, DONE_MARKER), "w") as f:
@@ -558,19 +563,17 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--no_progress", action="store_true", help="no progress bars")
-    p.add_argument("--variant", choices=VARIANT_NAMES, default="default",
-                   help="the config to build (default: TOY_CONFIG); without --out into the cache that build_model "
-                        "uses with DEEPGEN_TOY_VARIANT=NAME")
+    p.add_argument("--variant", choices=VARIANT_NAMES, default=None,
+                   help="the config to build (default: $DEEPGEN_TOY_VARIANT into the cache, TOY_CONFIG with --out); "
+                        "without --out into the cache that build_model uses with DEEPGEN_TOY_VARIANT=NAME")
     p.add_argument("--out", default=None, help="build into this folder instead of the cache (required for a variant)")
     a = p.parse_args(argv)
     if a.out:
         if os.path.exists(a.out):
             p.error(f"--out {a.out} exists; give a new folder")
-        paths = make_toy_deepgen(a.out, progress=not a.no_progress, config=variant_config(a.variant))
-    else:
-        if a.variant != "default":  # the variant's own cache (what DEEPGEN_TOY_VARIANT=NAME loads)
-            os.environ["DEEPGEN_TOY_VARIANT"] = a.variant
-        paths = ensure_toy_deepgen(progress=not a.no_progress)
+        paths = make_toy_deepgen(a.out, progress=not a.no_progress, config=variant_config(a.variant or "default"))
+    else:  # the variant's own cache (what DEEPGEN_TOY_VARIANT=NAME loads)
+        paths = ensure_toy_deepgen(progress=not a.no_progress, variant=a.variant)
     meta = read_meta(paths["root"]) or {}
     print(f"toy DeepGen ready in {paths['root']} (build: {meta.get('build_wall_s', '?')} s wall, "
           f"{meta.get('build_cpu_s', '?')} s CPU)")

@@ -349,15 +349,14 @@ class DeepGenGRPOTrainer(Trainer):
             lines.append(json.dumps(rec))
         (out / f"rank_{self.rank}.jsonl").write_text("\n".join(lines) + "\n")
 
-    def _policy_update(self, batch, advantages, trained, update_index: int, keep: list[int] | None = None) -> dict:
-        """One optimizer update over the images ``keep`` (default: all) of the rollout batch, at the ``trained``
+    def _policy_update(self, batch, advantages, trained, update_index: int, keep: list[int]) -> dict:
+        """One optimizer update over the images ``keep`` (`update_indices`) of the rollout batch, at the ``trained``
         steps. The loss is scaled by 1/len(batch) whatever ``keep`` is (see `update_indices`); the statistics are
         means over the images the update ran on."""
         args = self.args
         dit = self.dit_module
         dit.train()
         n = len(batch)
-        keep = list(range(n)) if keep is None else keep
         mbs = [keep[s:s + args.atrain_micro_batch_size] for s in range(0, len(keep), args.atrain_micro_batch_size)]
         lam = args.sftaux_coef if self.sftaux is not None and (
             self.counters["optimizer_steps"] % args.sftaux_every_n_steps == 0) else 0.0
