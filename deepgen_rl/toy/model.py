@@ -23,8 +23,15 @@ Build (all randomness from ``seed``; single-threaded torch ops are deterministic
 One build at a time per cache: an exclusive ``flock`` on ``<cache>.lock``; ``python -m deepgen_rl.toy.model`` builds
 the cache ahead of time (``--variant NAME`` a variant of ``VARIANTS`` into its own cache, which
 ``DEEPGEN_TOY_VARIANT=NAME`` makes ``build_model`` load; ``--out DIR`` elsewhere).
-The cache key is ``TOY_VERSION`` + a hash of ``TOY_CONFIG``: bump ``TOY_VERSION`` when the model code changes how a
-prompt reaches the DiT.
+The cache key is ``TOY_VERSION`` + a hash of ``TOY_CONFIG`` + the build's numerics: bump ``TOY_VERSION`` when the
+model code changes how a prompt reaches the DiT.
+
+Pinned numerics. The build's training trajectory depends on the CPU's float kernels: the same code, seed and torch
+built a different model on an AVX-512 machine than on an AVX2-only one (VAE reconstructions passing the checker 0.633
+vs 0.531 strict), and the RL test's outcome with it. On x86-64 with AVX2, ``build_toy_deepgen`` therefore builds in a
+child process whose torch (``ATEN_CPU_CAPABILITY``), MKL (``MKL_CBWR``) and oneDNN (``ONEDNN_MAX_CPU_ISA``) kernels
+are held to AVX2, on one thread (``PINNED_NUMERICS``): every such machine builds the same model (meta ``numerics``
+"avx2"). Elsewhere (ARM, x86 without AVX2) it builds natively, says so, and records ``numerics`` "native-<isa>".
 """
 
 from __future__ import annotations
@@ -33,9 +40,13 @@ import hashlib
 import json
 import os
 import random
+import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -163,6 +174,58 @@ def toy_dir(variant: str | None = None) -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "deepgen_rl", name)
 
 
+# The environment of a pinned build's child process (module docstring, "Pinned numerics"); read by torch, MKL and
+# oneDNN when the process starts, so it cannot be applied to a running process.
+PINNED_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_PINNED_CHILD = "DEEPGEN_TOY_PINNED_BUILD"  # set (to "1") only in the child a pinned build runs in
+
+
+def expected_numerics() -> str:
+    """The numerics this machine's builds have: ``"avx2"`` (pinned: x86-64 with AVX2 or better), else
+    ``"native-<torch's CPU capability>"``."""
+    cap = torch.backends.cpu.get_cpu_capability()
+    if platform.machine().lower() in ("x86_64", "amd64") and cap in ("AVX2", "AVX512"):
+        return "avx2"
+    return f"native-{cap.lower()}"
+
+
+def _running_pinned() -> bool:
+    """Whether this process runs with ``PINNED_NUMERICS`` (set before it started: torch reports AVX2 kernels)."""
+    return all(os.environ.get(k) == v for k, v in PINNED_NUMERICS.items()) and \
+        torch.backends.cpu.get_cpu_capability() == "AVX2"
+
+
+def build_toy_deepgen(out_dir: str, progress: bool = True, variant: str = "default") -> dict[str, str]:
+    """Build the toy ``variant`` into ``out_dir`` (absent or empty) with pinned numerics where the machine allows
+    (module docstring): in a child process ``python -m deepgen_rl.toy.model --out`` with ``PINNED_NUMERICS``, unless
+    this process already runs pinned; natively, with a note on stderr, where it cannot pin. Returns its paths."""
+    config = variant_config(variant)
+    if expected_numerics() != "avx2":
+        print(f"[deepgen_rl.toy] this CPU ({platform.machine()}, torch kernels "
+              f"{torch.backends.cpu.get_cpu_capability()}) cannot run the build's pinned AVX2 numerics: building "
+              "natively; the model may differ from the documented one (docs/toy_world.md)", file=sys.stderr, flush=True)
+        return make_toy_deepgen(out_dir, progress=progress, config=config)
+    if _running_pinned():
+        return make_toy_deepgen(out_dir, progress=progress, config=config)
+    if os.environ.get(_PINNED_CHILD) == "1":
+        raise RuntimeError(f"the pinned toy build's child process does not run pinned (torch kernels "
+                           f"{torch.backends.cpu.get_cpu_capability()}, environment "
+                           f"{ {k: os.environ.get(k) for k in PINNED_NUMERICS} })")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, **PINNED_NUMERICS, _PINNED_CHILD: "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "deepgen_rl.toy.model", "--variant", variant, "--out", out_dir]
+    if os.path.isdir(out_dir) and not os.listdir(out_dir):
+        os.rmdir(out_dir)  # the child's --out must not exist
+    done = subprocess.run(cmd + ([] if progress else ["--no_progress"]), env=env, check=False)
+    meta = read_meta(out_dir)
+    if done.returncode != 0 or meta is None or meta.get("numerics") != "avx2":
+        raise RuntimeError(f"the pinned toy build ({' '.join(cmd)}) failed with exit status {done.returncode}"
+                           + ("" if meta is None else f", numerics {meta.get('numerics')!r}") + "; its output is above")
+    return toy_paths(out_dir)
+
+
 def toy_paths(root: str) -> dict[str, str]:
     root = os.path.abspath(root)
     return {"root": root, "qwen": os.path.join(root, "qwen"), "sd3": os.path.join(root, "sd3"),
@@ -180,7 +243,7 @@ def read_meta(root: str) -> dict | None:
 def _is_current(root: str, variant: str) -> bool:
     meta = read_meta(root)
     return bool(meta) and meta.get("version") == TOY_VERSION and \
-        meta.get("config_hash") == config_hash(variant_config(variant))
+        meta.get("config_hash") == config_hash(variant_config(variant)) and meta.get("numerics") == expected_numerics()
 
 
 def ensure_toy_deepgen(progress: bool = True, variant: str | None = None) -> dict[str, str]:
@@ -238,7 +301,7 @@ def _build_into(root: str, parent: str, progress: bool, variant: str = "default"
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(root)}.tmp-", dir=parent)
     stale = f"{tmp}-stale"
     try:
-        make_toy_deepgen(tmp, progress=progress, config=variant_config(variant))
+        build_toy_deepgen(tmp, progress=progress, variant=variant)
         if os.path.isdir(root):
             _check_replaceable(root, variant)  # again: the folder may have changed during the build
             os.rename(root, stale)  # an outdated cache (we hold the lock: nobody else moves it)
@@ -524,7 +587,8 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
 
 
 def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any] | None = None) -> dict[str, str]:
-    """Build the toy model into ``out_dir`` (see module docstring); returns its paths."""
+    """Build the toy model into ``out_dir`` (see module docstring) in this process, with this process's numerics
+    (``build_toy_deepgen`` pins them); returns its paths."""
     cfg = dict(TOY_CONFIG if config is None else config)
     paths = toy_paths(out_dir)
     os.makedirs(out_dir, exist_ok=True)
@@ -537,7 +601,9 @@ def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any]
     digest = config_hash(cfg)
     meta = {"version": TOY_VERSION, "config_hash": digest, "variant": _variant_with_hash(digest), "seed": cfg["seed"],
             "build_wall_s": round(time.time() - t0, 1), "build_cpu_s": round(time.process_time() - cpu0, 1),
-            "torch_threads": torch.get_num_threads(), **stats}
+            "torch_threads": torch.get_num_threads(),
+            "numerics": "avx2" if _running_pinned() else f"native-{torch.backends.cpu.get_cpu_capability().lower()}",
+            **stats}
     with open(os.path.join(out_dir, DONE_MARKER), "w") as f:
         json.dump(meta, f, indent=1)
     return paths
@@ -571,9 +637,11 @@ def main(argv=None) -> int:
     if a.out:
         if os.path.exists(a.out):
             p.error(f"--out {a.out} exists; give a new folder")
-        paths = make_toy_deepgen(a.out, progress=not a.no_progress, config=variant_config(a.variant or "default"))
+        paths = build_toy_deepgen(a.out, progress=not a.no_progress, variant=a.variant or "default")
     else:  # the variant's own cache (what DEEPGEN_TOY_VARIANT=NAME loads)
         paths = ensure_toy_deepgen(progress=not a.no_progress, variant=a.variant)
+    if os.environ.get(_PINNED_CHILD) == "1":
+        return 0  # a pinned build's child: the caller reports
     meta = read_meta(paths["root"]) or {}
     print(f"toy DeepGen ready in {paths['root']} (build: {meta.get('build_wall_s', '?')} s wall, "
           f"{meta.get('build_cpu_s', '?')} s CPU)")

@@ -13,20 +13,20 @@ import pytest
 from deepgen_rl.toy import model as toy_model
 
 
-def _fake_make(out_dir: str, progress: bool = True, config=None):
-    """Stand-in for the minutes-long build: writes the done marker after a delay and counts builds in a log."""
+def _fake_make(out_dir: str, progress: bool = True, variant: str = "default"):
+    """Stand-in for the minutes-long (pinned) build: writes the done marker after a delay and counts builds."""
     time.sleep(float(os.environ["FAKE_BUILD_S"]))
     with open(os.environ["FAKE_BUILD_LOG"], "a") as f:
         f.write(f"{os.getpid()}\n")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, toy_model.DONE_MARKER), "w") as f:
-        json.dump({"version": toy_model.TOY_VERSION,
-                   "config_hash": toy_model.config_hash(config or toy_model.TOY_CONFIG)}, f)
+        json.dump({"version": toy_model.TOY_VERSION, "numerics": toy_model.expected_numerics(),
+                   "config_hash": toy_model.config_hash(toy_model.variant_config(variant))}, f)
     return toy_model.toy_paths(out_dir)
 
 
 def _ensure_in_child(queue) -> None:
-    toy_model.make_toy_deepgen = _fake_make
+    toy_model.build_toy_deepgen = _fake_make
     queue.put(toy_model.ensure_toy_deepgen(progress=False)["root"])
 
 
@@ -35,7 +35,7 @@ def fake_build(tmp_path, monkeypatch):
     monkeypatch.setenv("DEEPGEN_TOY_DIR", str(tmp_path / "toy"))
     monkeypatch.setenv("FAKE_BUILD_LOG", str(tmp_path / "builds.log"))
     monkeypatch.setenv("FAKE_BUILD_S", "1.5")
-    monkeypatch.setattr(toy_model, "make_toy_deepgen", _fake_make)
+    monkeypatch.setattr(toy_model, "build_toy_deepgen", _fake_make)
     return tmp_path
 
 
@@ -66,6 +66,11 @@ def test_a_stale_cache_is_rebuilt_and_a_foreign_folder_refused(fake_build, monke
     monkeypatch.setenv("FAKE_BUILD_S", "0")
     toy_model.ensure_toy_deepgen(progress=False)
     assert _builds(fake_build) == 1 and toy_model.read_meta(str(root))["version"] == toy_model.TOY_VERSION
+    # a current version and config built with other numerics (e.g. natively, before builds were pinned) is stale too
+    meta = dict(toy_model.read_meta(str(root)), numerics="native-avx512")
+    (root / toy_model.DONE_MARKER).write_text(json.dumps(meta))
+    toy_model.ensure_toy_deepgen(progress=False)
+    assert _builds(fake_build) == 2 and toy_model.read_meta(str(root))["numerics"] == toy_model.expected_numerics()
     other = fake_build / "other"
     other.mkdir()
     (other / "precious.txt").write_text("keep me")
@@ -99,3 +104,52 @@ def test_a_variant_has_its_own_cache_and_another_variants_build_is_never_replace
     monkeypatch.setenv("DEEPGEN_TOY_VARIANT", "no_such_variant")
     with pytest.raises(ValueError, match="not a toy variant"):
         toy_model.toy_variant()
+
+
+def test_a_child_with_the_pinned_environment_runs_avx2_kernels():
+    """What the pinned build relies on: a process started with PINNED_NUMERICS runs torch's AVX2 kernels (and so
+    `_running_pinned` holds in the build's child), whatever this process runs."""
+    import subprocess
+    import sys
+
+    if toy_model.expected_numerics() != "avx2":
+        pytest.skip(f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
+    code = "import torch; from deepgen_rl.toy.model import _running_pinned as p; " \
+           "print(torch.backends.cpu.get_cpu_capability(), p())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **toy_model.PINNED_NUMERICS},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["AVX2", "True"]
+
+
+def test_an_unpinned_process_builds_in_a_pinned_child_and_a_failed_child_is_an_error(tmp_path, monkeypatch):
+    if toy_model.expected_numerics() != "avx2":
+        pytest.skip(f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
+    calls = []
+
+    def fake_run(cmd, env, check):
+        calls.append((cmd, env))
+        out = cmd[cmd.index("--out") + 1]
+        if "fail" in out:
+            return type("Done", (), {"returncode": 3})()
+        os.makedirs(out)
+        with open(os.path.join(out, toy_model.DONE_MARKER), "w") as f:
+            json.dump({"numerics": "avx2"}, f)
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr(toy_model, "_running_pinned", lambda: False)
+    monkeypatch.setattr(toy_model.subprocess, "run", fake_run)
+    monkeypatch.delenv(toy_model._PINNED_CHILD, raising=False)
+    out = tmp_path / "built"
+    out.mkdir()  # an empty folder (what _build_into makes) is handed over to the child
+    assert toy_model.build_toy_deepgen(str(out), progress=False, variant="slots")["root"] == str(out)
+    (cmd, env), = calls
+    assert cmd[1:] == ["-m", "deepgen_rl.toy.model", "--variant", "slots", "--out", str(out), "--no_progress"]
+    assert {k: env[k] for k in toy_model.PINNED_NUMERICS} == toy_model.PINNED_NUMERICS
+    assert env[toy_model._PINNED_CHILD] == "1"
+    with pytest.raises(RuntimeError, match="pinned toy build .* failed with exit status 3"):
+        toy_model.build_toy_deepgen(str(tmp_path / "fail"), progress=False)
+    # a child that does not run pinned refuses instead of spawning another
+    monkeypatch.setenv(toy_model._PINNED_CHILD, "1")
+    with pytest.raises(RuntimeError, match="does not run pinned"):
+        toy_model.build_toy_deepgen(str(tmp_path / "child"), progress=False)
+    assert len(calls) == 2

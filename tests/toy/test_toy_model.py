@@ -32,6 +32,22 @@ def test_toy_model_uses_the_real_classes_and_sft_layout(toy_model_paths, toy_mod
     assert meta["dit_final_loss"] < 0.6 * meta["dit_first_loss"]  # pre-training did fit
 
 
+def test_the_pinned_toy_build_is_the_documented_one(toy_model_paths):
+    """With pinned numerics (deepgen_rl/toy/model.py, "Pinned numerics") every x86-64 machine with AVX2 builds the
+    same toy-v3: its fingerprint is the one measured on an AVX2-only EPYC (native) and on an AVX-512 EPYC (pinned),
+    docs/toy_world.md "toy-v3". Unpinned, the AVX-512 machine built another model (VAE ceiling 0.633, loss 0.4934)."""
+    from deepgen_rl.toy.model import expected_numerics, meta_variant, read_meta
+
+    meta = read_meta(toy_model_paths["root"])
+    assert meta["numerics"] == expected_numerics()
+    if expected_numerics() != "avx2" or meta_variant(meta) != "default":
+        pytest.skip(f"the fingerprint is that of the default variant's pinned build (this one: "
+                    f"{meta_variant(meta)}, numerics {meta['numerics']})")
+    assert meta["vae_recon_strict"] == 68 / 128  # of the 128 reconstructions the build checks
+    assert meta["dit_final_loss"] == pytest.approx(0.469067, abs=1e-5)
+    assert meta["torch_threads"] == 1
+
+
 def test_toy_build_is_deterministic_from_its_seed(tmp_path):
     """Two builds of a shortened config from the same seed write identical weights; another seed does not."""
     from deepgen_rl.checkpoints.sft import read_checkpoint

@@ -1,8 +1,10 @@
-"""Does RL teach prompt following in the toy world? MR-GRPO (cps_sde, gdpo) with the exclusive toy reward must raise
-held-out claim accuracy prompt by prompt, by more than the same run with a prompt-blind reward does (the cheapest
-explanation of a rise), and the same run with negated advantages must not rise.
+"""Does RL raise held-out claim accuracy in the toy world? MR-GRPO (cps_sde, gdpo) with the exclusive toy reward must
+raise held-out claim accuracy prompt by prompt, and the same run with negated advantages must not rise. On toy-v3 at
+this compute the rise is **not** shown to be prompt following: the prompt-blind control is printed, not asserted
+(below); the prompt-following test is tests/toy/test_toy_rl_slots.py (the `slots` variant, opt-in: ~25 CPU-minutes).
 
-Three runs of CI_STEPS steps from the pre-trained toy model, identical but for the reward or the advantages' sign:
+Three runs of CI_STEPS steps from the pre-trained toy model (pinned numerics: the same model on every x86-64 machine
+with AVX2, deepgen_rl/toy/model.py), identical but for the reward or the advantages' sign:
   rl        ``toy_compositional`` with ``exclusive=True`` (its extra claim, no colour the prompt does not name, takes
             away the shortcut of drawing every colour);
   blind     the same reward with ``blind=True``: each image is scored against a random caption of the grammar, so its
@@ -12,15 +14,15 @@ Three runs of CI_STEPS steps from the pre-trained toy model, identical but for t
 The evaluation scores the issue's claims only (colour, shape, count, position), always against the image's own prompt.
 
 Statistics. Held-out prompt i (64 prompts), at an eval (fixed noise, ODE, D = 8 images per prompt): own_i = the
-fraction of the claims of its images that pass. Two one-sided exact sign tests over the prompts whose outcome changed
-(`deepgen_rl.toy.rl_run.paired_sign_test`), each with false-positive rate ≤ α = 0.01:
-  * own_i at step 0 vs the rl run's last eval, under "training does not change the prompts' outcomes";
-  * the blind run's last own_i vs the rl run's, under "what the real reward teaches beyond a prompt-blind reward
-    does not help a prompt's own claims" (each changed prompt as likely to favour either run).
-own_i − other_i (the same images against 8 other held-out prompts, `ToyRLResult.per_prompt_other`) is printed as the
-earlier, weaker measure of the prompt-specific part. Measured on toy-v3 (docs/toy_world.md, "toy-v3"): after 40 steps
-own 0.363 -> 0.464 (45 prompts up / 16 down), blind run 0.363 -> 0.298, rl vs blind 54 / 8 (p = 8.5e-10); negated
-0.363 -> 0.067.
+fraction of the claims of its images that pass. A one-sided exact sign test over the prompts whose outcome changed
+(`deepgen_rl.toy.rl_run.paired_sign_test`), false-positive rate ≤ α = 0.01, of own_i at step 0 vs the rl run's last
+eval, under "training does not change the prompts' outcomes"; and the mean must rise by ≥ 0.05.
+
+Measured on the pinned toy-v3 build (docs/toy_world.md, "The RL test on the pinned build"), lr 3e-4, 30 steps:
+seed 0 own 0.309 -> 0.417 (45 prompts up / 17 down, p = 2.5e-4), seed 1 0.302 -> 0.384 (43 / 16, p = 2.9e-4);
+negated 0.309 -> 0.020 by step 20. The blind reward's run: seed 0 0.177 (rl vs blind 55 / 3), but seed 1 0.371 (rl vs
+blind 30 / 23, p = 0.21): a prompt-blind reward can raise these claims as much, so asserting rl > blind would pass or
+fail by the seed. own - other (the images' claim score on 8 other held-out prompts) does not rise in either seed.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from deepgen_rl.toy.rl_run import TOY_RL_FLAGS, paired_sign_test, run_toy_rl
 
 ALPHA = 0.01
 HELDOUT_ONLY = str(Path(__file__).with_name("eval_toy_heldout.yaml"))
-CI_STEPS = 20
+CI_STEPS = 30
 REWARD = TOY_RL_FLAGS["reward_kwargs"]["toy_compositional"]  # the toy reward ({"exclusive": True})
 CI_FLAGS = dict(rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, num_inference_steps=8,
-                learning_rate=1e-4, seed=0)
+                learning_rate=3e-4, seed=0)
 
 
 def test_paired_sign_test_matches_the_binomial_tail():
@@ -48,22 +50,25 @@ def test_paired_sign_test_matches_the_binomial_tail():
 @pytest.fixture(scope="module")
 def rl_runs(tmp_path_factory, toy_model_paths):
     """The RL run, its prompt-blind-reward control and its negated-advantages twin, summarised per held-out prompt.
-    One fixture used by one test: under pytest-xdist two tests could land on two workers and run it twice."""
+    One fixture used by one test: under pytest-xdist two tests could land on two workers and run it twice.
+    The step-0 eval is the rl run's: the three start from the same weights and evaluate with the same fixed noise."""
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
 
-    runs = {}
+    runs, before, strict0 = {}, None, None
     for name, negate, reward in (("rl", False, REWARD), ("blind", False, dict(REWARD, blind=True)),
                                  ("negated", True, REWARD)):
         res = run_toy_rl(tmp_path_factory.mktemp(name), steps=CI_STEPS, eval_every=CI_STEPS,
                          model=build_model(TOY_MODEL_CONFIG), eval_config=HELDOUT_ONLY, negate_advantages=negate,
-                         reward_kwargs={"toy_compositional": reward}, **CI_FLAGS)
-        before, after = (res.per_prompt(s, "toy_heldout", "score") for s in (0, CI_STEPS))
+                         reward_kwargs={"toy_compositional": reward}, eval_at_start=before is None, **CI_FLAGS)
+        if before is None:
+            before, strict0 = res.per_prompt(0, "toy_heldout", "score"), res.strict_acc("toy_heldout")[0]
+        after = res.per_prompt(CI_STEPS, "toy_heldout", "score")
         other1 = res.per_prompt_other(CI_STEPS, "toy_heldout")
-        strict = res.strict_acc("toy_heldout")
         runs[name] = dict(before=before, after=after, own=(_mean(before), _mean(after)),
                           spec=_mean({i: after[i] - other1[i] for i in after}), other=_mean(other1),
-                          strict=(strict[0], strict[CI_STEPS]), own_test=paired_sign_test(before, after),
+                          strict=(strict0, res.strict_acc("toy_heldout")[CI_STEPS]),
+                          own_test=paired_sign_test(before, after),
                           rewards=[round(m["reward/toy_compositional"], 3) for m in res.history])
         print(name, {k: v for k, v in runs[name].items() if k not in ("before", "after")})
     return runs
@@ -74,13 +79,13 @@ def _mean(values: dict[int, float]) -> float:
 
 
 @pytest.mark.slow
-def test_rl_raises_heldout_claim_accuracy_beyond_a_prompt_blind_reward_and_negated_advantages_do_not(rl_runs):
+def test_rl_raises_heldout_claim_accuracy_and_negated_advantages_do_not(rl_runs):
     rl, blind, neg = rl_runs["rl"], rl_runs["blind"], rl_runs["negated"]
-    assert rl["own_test"][2] < ALPHA and rl["own"][1] >= rl["own"][0] + 0.05, rl["own_test"]
-    versus_blind = paired_sign_test(blind["after"], rl["after"])
-    print("rl vs blind at the last eval (up, down, p):", versus_blind)
-    assert versus_blind[2] < ALPHA and rl["own"][1] >= blind["own"][1] + 0.05, versus_blind
-    # Strict accuracy (all claims pass) starts at ~5% of 512 images: asserted not to fall by more than 10 images.
+    assert rl["own_test"][2] < ALPHA and rl["own"][1] >= rl["own"][0] + 0.05, (rl["own"], rl["own_test"])
+    # printed, not asserted (module docstring): whether the gain beats a prompt-blind reward's depends on the seed here
+    print("rl vs blind at the last eval (up, down, p):", paired_sign_test(blind["after"], rl["after"]),
+          "own:", rl["own"][1], "vs", blind["own"][1], "own - other:", rl["spec"], "vs", blind["spec"])
+    # Strict accuracy (all claims pass) starts at ~3% of 512 images: asserted not to fall by more than 10 images.
     assert rl["strict"][1] >= rl["strict"][0] - 0.02, rl["strict"]
     assert neg["own"][1] <= neg["own"][0] and neg["own_test"][0] <= neg["own_test"][1], neg["own_test"]
     assert neg["strict"][1] <= neg["strict"][0] + 1e-9, neg["strict"]
