@@ -14,7 +14,7 @@ eval.
 Prints three tables (strict accuracy; claim score — the mean fraction of an image's claims that pass, which moves
 where strict accuracy is near 0; own − other, the part of the claim score a prompt-blind change would not raise — at
 each eval + CPU-s), each with the gain per 100 CPU-s per arm, and writes a PNG with all three. The RL flags are
-``deepgen_rl.toy.rl_run.TOY_RL_FLAGS`` (lr 1e-4, the exclusive reward) plus each arm's.
+``deepgen_rl.toy.rl_run.TOY_RL_FLAGS`` (lr 3e-4, the exclusive reward) plus each arm's.
 
   python bench/toy_sample_efficiency.py                      # all 7 arms, 40 steps each
   python bench/toy_sample_efficiency.py --arms cps,flowgrpo  # a subset

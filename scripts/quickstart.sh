@@ -37,7 +37,7 @@ python -m deepgen_rl.grpo_deepgen \
   --max_steps "$STEPS" --save_steps "$STEPS" --save_total_limit 1 \
   --rollout_n 8 --rollout_micro_batch_size 64 --atrain_micro_batch_size 64 \
   --num_inference_steps 8 --image_height 64 --image_width 64 \
-  --learning_rate 1e-4 --clip_range 0.2 --beta 0 --sde_eta 0.7 --warmup_steps 0 \
+  --learning_rate 3e-4 --clip_range 0.2 --beta 0 --sde_eta 0.7 --warmup_steps 0 \
   --reward_kwargs '{"toy_compositional": {"exclusive": true}}' \
   --gradient_checkpointing false --sftaux_coef 0 \
   --eval_freq "$EVAL_EVERY" --eval_at_start true --eval_judge false --log_images_every 10 \
