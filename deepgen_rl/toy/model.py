@@ -39,8 +39,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import platform
+import random
 import shutil
 import subprocess
 import sys

@@ -118,16 +118,12 @@ def own_vs_other(output_dir: Path, evals: dict[int, dict], verdicts: dict[int, l
                  ) -> dict[str, tuple[float, float]]:
     """Held-out claim score at the first and last eval against the images' own prompts and against 8 other
     held-out prompts (`deepgen_rl.toy.evaluate.other_prompt_scores`), each the mean over prompts."""
-    from deepgen_rl.toy.rl_run import ToyRLResult
+    from deepgen_rl.toy.rl_run import ToyRLResult, mean_over_prompts
 
     res = ToyRLResult(history=[], evals=evals, verdicts=verdicts, output_dir=str(output_dir))
     steps = (min(evals), max(evals))
-
-    def mean(d: dict[int, float]) -> float:
-        return sum(d.values()) / len(d)
-
-    return {"own prompts": tuple(mean(res.per_prompt(s, HELDOUT, "score")) for s in steps),
-            "other prompts": tuple(mean(res.per_prompt_other(s, HELDOUT)) for s in steps)}
+    return {"own prompts": tuple(mean_over_prompts(res.per_prompt(s, HELDOUT, "score")) for s in steps),
+            "other prompts": tuple(mean_over_prompts(res.per_prompt_other(s, HELDOUT)) for s in steps)}
 
 
 def _fmt(x) -> str:

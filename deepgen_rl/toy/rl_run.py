@@ -121,6 +121,11 @@ def run_toy_rl(output_dir: str | Path, *, steps: int, eval_every: int, model=Non
     return ToyRLResult(history=history, evals=evals, verdicts=verdicts, output_dir=str(output_dir))
 
 
+def mean_over_prompts(values: dict[int, float]) -> float:
+    """The mean over prompts of a per-prompt summary (``ToyRLResult.per_prompt`` / ``per_prompt_other``)."""
+    return sum(values.values()) / len(values)
+
+
 def paired_sign_test(before: dict[int, float], after: dict[int, float]) -> tuple[int, int, float]:
     """One-sided exact sign test over prompts: (improved, worsened, p-value).
 

@@ -1,7 +1,8 @@
 """Does RL raise held-out claim accuracy in the toy world? MR-GRPO (cps_sde, gdpo) with the exclusive toy reward must
 raise held-out claim accuracy prompt by prompt, and the same run with negated advantages must not rise. On toy-v3 at
 this compute the rise is **not** shown to be prompt following: the prompt-blind control is printed, not asserted
-(below); the prompt-following test is tests/toy/test_toy_rl_slots.py (the `slots` variant, opt-in: ~25 CPU-minutes).
+(below); the prompt-following test is tests/toy/test_toy_rl_slots.py (the `slots` variant, opt-in: ~12 CPU-minutes,
+~22 with its build).
 
 Three runs of CI_STEPS steps from the pre-trained toy model (pinned numerics: the same model on every x86-64 machine
 with AVX2, deepgen_rl/toy/model.py), identical but for the reward or the advantages' sign:
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from deepgen_rl.toy.rl_run import TOY_RL_FLAGS, paired_sign_test, run_toy_rl
+from deepgen_rl.toy.rl_run import TOY_RL_FLAGS, mean_over_prompts, paired_sign_test, run_toy_rl
 
 ALPHA = 0.01
 HELDOUT_ONLY = str(Path(__file__).with_name("eval_toy_heldout.yaml"))
@@ -65,17 +66,14 @@ def rl_runs(tmp_path_factory, toy_model_paths):
             before, strict0 = res.per_prompt(0, "toy_heldout", "score"), res.strict_acc("toy_heldout")[0]
         after = res.per_prompt(CI_STEPS, "toy_heldout", "score")
         other1 = res.per_prompt_other(CI_STEPS, "toy_heldout")
-        runs[name] = dict(before=before, after=after, own=(_mean(before), _mean(after)),
-                          spec=_mean({i: after[i] - other1[i] for i in after}), other=_mean(other1),
+        runs[name] = dict(before=before, after=after, own=(mean_over_prompts(before), mean_over_prompts(after)),
+                          spec=mean_over_prompts({i: after[i] - other1[i] for i in after}),
+                          other=mean_over_prompts(other1),
                           strict=(strict0, res.strict_acc("toy_heldout")[CI_STEPS]),
                           own_test=paired_sign_test(before, after),
                           rewards=[round(m["reward/toy_compositional"], 3) for m in res.history])
         print(name, {k: v for k, v in runs[name].items() if k not in ("before", "after")})
     return runs
-
-
-def _mean(values: dict[int, float]) -> float:
-    return sum(values.values()) / len(values)
 
 
 @pytest.mark.slow

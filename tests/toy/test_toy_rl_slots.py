@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from deepgen_rl.toy.rl_run import TOY_RL_FLAGS, paired_sign_test, run_toy_rl
+from deepgen_rl.toy.rl_run import TOY_RL_FLAGS, mean_over_prompts, paired_sign_test, run_toy_rl
 
 ALPHA = 0.01
 HELDOUT_ONLY = str(Path(__file__).with_name("eval_toy_heldout.yaml"))
@@ -42,8 +42,9 @@ FLAGS = dict(rollout_n=8, rollout_micro_batch_size=64, rollout_global_batch_size
              num_inference_steps=8, learning_rate=3e-4, seed=0, skip_zero_advantage=True, sftaux_coef=0.003,
              sftaux_micro_batch_size=256)
 
-pytestmark = pytest.mark.skipif(os.environ.get("DEEPGEN_TOY_SLOW_TESTS") != "1",
-                                reason="opt-in (~12 CPU-minutes, ~22 with the slots build): set DEEPGEN_TOY_SLOW_TESTS=1")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("DEEPGEN_TOY_SLOW_TESTS") != "1",
+    reason="opt-in (~12 CPU-minutes, ~22 with the slots build): set DEEPGEN_TOY_SLOW_TESTS=1")
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +65,11 @@ def slots_runs(tmp_path_factory):
         if before is None:
             before = res.per_prompt(0, "toy_heldout", "score"), res.strict_acc("toy_heldout")[0]
         after = res.per_prompt(STEPS, "toy_heldout", "score")
-        runs[name] = dict(before=before[0], after=after, own=(_mean(before[0]), _mean(after)),
+        runs[name] = dict(before=before[0], after=after, own=(mean_over_prompts(before[0]), mean_over_prompts(after)),
                           strict=(before[1], res.strict_acc("toy_heldout")[STEPS]),
                           test=paired_sign_test(before[0], after))
         print(name, {k: v for k, v in runs[name].items() if k not in ("before", "after")})
     return runs
-
-
-def _mean(values: dict[int, float]) -> float:
-    return sum(values.values()) / len(values)
 
 
 @pytest.mark.slow
