@@ -23,13 +23,6 @@ cd "$ROOT"
 # shellcheck source=scripts/quickstart_env.sh
 . scripts/quickstart_env.sh
 VARIANT="${DEEPGEN_TOY_VARIANT:-default}"
-if [ "$VARIANT" = slots ]; then
-  STEPS="${QUICKSTART_STEPS:-10}"
-  EVAL_EVERY="${QUICKSTART_EVAL_EVERY:-5}"
-else
-  STEPS="${QUICKSTART_STEPS:-30}"
-  EVAL_EVERY="${QUICKSTART_EVAL_EVERY:-10}"
-fi
 OUT="${QUICKSTART_OUTPUT_DIR:-outputs/quickstart}"
 
 rm -rf "$OUT"
@@ -39,9 +32,14 @@ python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, read_meta
 p = ensure_toy_deepgen(); m = read_meta(p['root'])
 print(f\"[quickstart] toy DeepGen ready in {p['root']} (build took {m.get('build_wall_s', '?')} s wall, {m.get('build_cpu_s', '?')} s CPU)\")"
 
-# Per-variant flags (the rest below are shared). slots: docs/toy_world.md, "Prompt following on the slots variant".
+# Per-variant steps and flags (the rest below are shared). slots: docs/toy_world.md, "Prompt following on the slots
+# variant".
+STEPS="${QUICKSTART_STEPS:-30}"
+EVAL_EVERY="${QUICKSTART_EVAL_EVERY:-10}"
 VARIANT_FLAGS=(--sftaux_coef 0)
 if [ "$VARIANT" = slots ]; then
+  STEPS="${QUICKSTART_STEPS:-10}"
+  EVAL_EVERY="${QUICKSTART_EVAL_EVERY:-5}"
   echo "[quickstart] slots: writing the SFT anchor's 4,096 train-split pairs to $OUT/sftaux"
   python -m deepgen_rl.toy.sftaux --variant slots --n 4096 --out "$OUT/sftaux" > /dev/null
   VARIANT_FLAGS=(--rollout_global_batch_size 1024 --skip_zero_advantage true --sftaux_coef 0.003
