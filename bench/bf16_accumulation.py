@@ -33,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEMO_PROGRAMMATIC, ROOT, TINY_CONFIG, load_note, print_ratio, print_rerun, print_table, \
-    setup_env  # noqa: E402
+from _common import DEMO_PROGRAMMATIC, ROOT, TINY_CONFIG, exit_without_teardown, load_note, print_ratio, \
+    print_rerun, print_table, setup_env  # noqa: E402
 
 SFT_DEMO = str(ROOT / "assets/sftaux/demo.py")
 ZERO2 = str(ROOT / "scripts/deepspeed/zero2.json")
@@ -142,7 +142,7 @@ def worker(opts) -> None:
     torch.distributed.barrier()
     if rank != 0:
         torch.distributed.destroy_process_group()
-        return
+        exit_without_teardown()
 
     def rel(a, b):
         return float((a - b).norm() / b.norm())
@@ -176,6 +176,7 @@ def worker(opts) -> None:
     print("BF16_ACCUM_REPORT " + json.dumps(report), flush=True)
     print_rerun(__file__, threads=1)
     torch.distributed.destroy_process_group()
+    exit_without_teardown()
 
 
 def main() -> None:

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
+from _common import ROOT, exit_without_teardown, load_note, median, print_ratio, print_rerun, print_table, \
+    setup_env  # noqa: E402
 
 DECAY = 0.9
 
@@ -75,8 +76,12 @@ def worker(opts) -> None:
             engine.destroy()
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
-    if rank != 0:
-        return
+    if rank == 0:
+        report(opts, world, rows, results)
+    exit_without_teardown()
+
+
+def report(opts, world: int, rows: list, results: dict) -> None:
     n_params = opts.layers * (opts.width * opts.width + opts.width)
     print(f"{world} gloo processes, {opts.layers} x Linear({opts.width}, {opts.width}) = {n_params / 1e6:.2f} M "
           f"params, {opts.rounds} rounds; {load_note()}")
