@@ -77,13 +77,3 @@ def print_rerun(script: str, argv: list[str] | None = None, threads: int | None 
     if tiny:
         env += f"DEEPGEN_TINY_DIR={shlex.quote(tiny)} "
     print("rerun: " + env + "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(script, ROOT), *argv]))
-
-
-def exit_without_teardown() -> None:
-    """End a 2-process gloo bench worker once everything is printed, skipping interpreter teardown (``os._exit``).
-    The teardown of DeepSpeed engines' gloo objects at exit aborted rank 1 now and then ("terminate called without an
-    active exception", SIGABRT: 1 of 23 runs of ``bench/ema_partition.py --smoke`` on a loaded 2-core machine, and
-    once in CI), which failed a bench whose numbers were all out."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -33,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEMO_PROGRAMMATIC, ROOT, TINY_CONFIG, exit_without_teardown, load_note, print_ratio, \
-    print_rerun, print_table, setup_env  # noqa: E402
+from _common import DEMO_PROGRAMMATIC, ROOT, TINY_CONFIG, load_note, print_ratio, print_rerun, print_table, \
+    setup_env  # noqa: E402
 
 SFT_DEMO = str(ROOT / "assets/sftaux/demo.py")
 ZERO2 = str(ROOT / "scripts/deepspeed/zero2.json")
@@ -129,6 +129,8 @@ def one_update(opts, name: str, *, bf16: bool, sft_zero: bool, out: Path) -> dic
 def worker(opts) -> None:
     import deepspeed
     import torch
+
+    from deepgen_rl.utils.dist import exit_without_teardown
 
     torch.distributed.init_process_group("gloo")
     deepspeed.init_distributed(dist_backend="gloo")

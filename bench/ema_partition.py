@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, exit_without_teardown, load_note, median, print_ratio, print_rerun, print_table, \
-    setup_env  # noqa: E402
+from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
 
 DECAY = 0.9
 
@@ -36,6 +35,7 @@ def worker(opts) -> None:
 
     from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, fp32_master_params
     from deepgen_rl.trainer.ema import PartitionedEMA
+    from deepgen_rl.utils.dist import exit_without_teardown
 
     torch.distributed.init_process_group("gloo")
     deepspeed.init_distributed(dist_backend="gloo")

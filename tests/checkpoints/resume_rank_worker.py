@@ -41,3 +41,6 @@ def main():
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
+    from deepgen_rl.utils.dist import exit_without_teardown
+
+    exit_without_teardown()  # results are out: no interpreter teardown (its gloo abort, deepgen_rl.utils.dist)

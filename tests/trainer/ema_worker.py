@@ -151,8 +151,11 @@ def main():
     if torch.distributed.get_rank() == 0:
         print("EMA_REPORT " + json.dumps(report), flush=True)
     torch.distributed.barrier()
-    torch.distributed.destroy_process_group()  # an orderly gloo shutdown (no abort at interpreter exit)
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    from deepgen_rl.utils.dist import exit_without_teardown
+
+    exit_without_teardown()  # results are out: no interpreter teardown (its gloo abort, deepgen_rl.utils.dist)

@@ -65,3 +65,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    from deepgen_rl.utils.dist import exit_without_teardown
+
+    exit_without_teardown()  # results are out: no interpreter teardown (its gloo abort, deepgen_rl.utils.dist)
