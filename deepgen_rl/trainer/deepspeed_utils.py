@@ -26,7 +26,9 @@ def build_deepspeed_config(config, args, world_size: int, hidden_size: int | Non
     (``stage3_allgather_sequential``). DeepSpeed 0.19.6's coalesced gather starts one async all-gather per parameter
     and waits only for the last handle; gloo runs them on a thread pool in no set order, so a parameter could be read
     before its data arrived (seen: one rank's gathered weights were uninitialised memory). NCCL orders them on one
-    stream, so GPU runs keep the coalesced gather. A value the JSON sets itself is kept.
+    stream, so GPU runs keep the coalesced gather. A value the JSON sets itself is kept. The trainer decides ``gloo``
+    with ``deepgen_rl.utils.dist.comm_backend()``: on a CPU torchrun the group comes from ``TrainingArguments``
+    without a named backend, and ``torch.distributed.get_backend()`` says "undefined" there.
     """
     if isinstance(config, (str, Path)):
         path = Path(config)

@@ -138,7 +138,7 @@ class DeepGenGRPOTrainer(Trainer):
                 deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
             ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world,
                                                hidden_size=dit_hidden_size(dit),
-                                               gloo=torch.distributed.get_backend() == "gloo")
+                                               gloo=dist.comm_backend() == "gloo")
             problem = cpu_adam_problem(ds_config)
             if problem:
                 raise RuntimeError(f"--deepspeed {args.deepspeed_config}: {problem}")
@@ -161,8 +161,10 @@ class DeepGenGRPOTrainer(Trainer):
             self.zero_stage = int(ds_config.get("zero_optimization", {}).get("stage", 0))
             if self.zero_stage == 3 and self.rank == 0:
                 parted, total = partitioned_fraction(self.dit_module)
+                gathers = "one at a time" if self.engine.zero_allgather_sequential() else "coalesced"
                 logger.warning(f"ZeRO-3: {parted} of {total} DiT parameter tensors partitioned over {self.world} "
-                               f"rank(s) (the rest are below stage3_param_persistence_threshold)")
+                               f"rank(s) (the rest are below stage3_param_persistence_threshold); "
+                               f"{dist.comm_backend()} gathers parameters {gathers}")
         else:
             self.create_optimizer()
             self.create_scheduler(num_training_steps=updates, optimizer=self.optimizer)

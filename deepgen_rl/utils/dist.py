@@ -56,8 +56,29 @@ def barrier() -> None:
         dist.barrier()
 
 
+def comm_backend() -> str | None:
+    """The backend that runs this process's collectives: "nccl" with CUDA, "gloo" on CPU (None outside a group).
+
+    ``torch.distributed.get_backend()`` alone is not enough: a group initialised without a backend (what
+    transformers' ``TrainingArguments`` does, through accelerate, under a CPU torchrun, before our own
+    initialisation runs) reports "undefined", and a multi-device group "cpu:gloo,cuda:nccl" style names. Then the
+    entry for this process's device in ``get_backend_config()`` answers.
+    """
+    if not is_dist():
+        return None
+    name = str(dist.get_backend())
+    if name != "undefined" and ":" not in name and "," not in name:
+        return name
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for entry in str(dist.get_backend_config()).split(","):
+        dev, sep, backend = entry.strip().partition(":")
+        if sep and dev == device:
+            return backend
+    raise RuntimeError(f"torch.distributed: no backend for {device} tensors in {dist.get_backend_config()!r}")
+
+
 def _comm_device() -> torch.device:
-    if is_dist() and dist.get_backend() == "nccl":
+    if comm_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
