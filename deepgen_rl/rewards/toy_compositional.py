@@ -13,6 +13,13 @@ kind — single, count, region, relation — uniformly, then one of its ``world.
 of the image's pixels (deterministic, whatever the batching). Its expected value given an image does not depend on the
 image's prompt, so RL on it can only make prompt-blind changes; what RL on the real reward gains beyond a blind run is
 prompt following (tests/toy/test_toy_rl.py). The prompt must still be a toy caption (else ``valid=False``, as always).
+
+``soft_color=True`` (a training-reward option; evaluation keeps the binary claims) scores each colour claim by
+``max(passed, hue_closeness)`` (`deepgen_rl.toy.checker.hue_closeness`: 1 within the checker's 28° of the colour's
+hue, falling linearly to 0 at the opposite hue) instead of 0/1, the other claims as before. A prompt whose images all
+miss a colour (a held-out "red triangle" drawn orange or magenta) then still ranks them by how near in hue they come,
+where the binary reward gives the whole group one score and a zero advantage. The score stays in [0, 1] and equals
+the binary one whenever every colour claim passes or the image has no vivid region.
 """
 from __future__ import annotations
 
@@ -28,15 +35,16 @@ from .base import Reward, register_reward
 class ToyCompositionalReward(Reward):
     name = "toy_compositional"
 
-    def __init__(self, exclusive: bool = False, blind: bool = False):
-        for name, value in (("exclusive", exclusive), ("blind", blind)):
+    def __init__(self, exclusive: bool = False, blind: bool = False, soft_color: bool = False):
+        for name, value in (("exclusive", exclusive), ("blind", blind), ("soft_color", soft_color)):
             if not isinstance(value, bool):
                 raise ValueError(f"toy_compositional: {name} must be true or false, got {value!r}")
         self.exclusive = exclusive
         self.blind = blind
+        self.soft_color = soft_color
 
     def score(self, images, prompts, metadata):
-        from deepgen_rl.toy.checker import check
+        from deepgen_rl.toy.checker import check, hue_closeness
         from deepgen_rl.toy.world import KINDS, CaptionError, parse_caption, specs_by_kind
 
         pools = [specs_by_kind()[k] for k in KINDS] if self.blind else []  # cached per kind
@@ -54,7 +62,12 @@ class ToyCompositionalReward(Reward):
                 pool = pools[digest[0] % len(pools)]
                 spec = pool[int.from_bytes(digest[1:9], "big") % len(pool)]
             result = check(img, spec, exclusive=self.exclusive)
-            scores.append(result.score)
+            if self.soft_color:
+                near = hue_closeness(img, [o.color for o in spec.objects])
+                scores.append(sum(max(float(c.passed), near[c.text]) if c.type == "color" else float(c.passed)
+                                  for c in result.claims) / len(result.claims))
+            else:
+                scores.append(result.score)
             valid.append(True)
             strict += result.strict
         info = {"num_not_toy_caption": not_toy, "strict_acc": strict / max(1, len(images) - not_toy)}

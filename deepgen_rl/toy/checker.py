@@ -41,6 +41,13 @@ CLAIM_TYPES = ("color", "shape", "count", "position")
 _PALETTE_HUES = {name: colorsys.rgb_to_hsv(*(c / 255 for c in rgb))[0] * 360 for name, rgb in COLORS.items()}
 
 
+def _hue_distance(a: float, b: float) -> float:
+    d = abs(a - b) % 360
+    return min(d, 360 - d)
+
+
+
+
 @dataclass(frozen=True)
 class Blob:
     color: str
@@ -77,8 +84,9 @@ class CheckResult:
         return "PASS" if not failed else "FAIL: " + "; ".join(failed)
 
 
-def color_labels(image: np.ndarray) -> np.ndarray:
-    """int8 [H, W]: index into ``list(COLORS)`` of each pixel's colour, −1 for background / unreadable."""
+def _hue_and_vivid(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pixel: hue in degrees [0, 360), and whether it is vivid enough to carry a colour (step 1's chroma and
+    saturation thresholds)."""
     rgb = image.astype(np.float32)
     mx, mn = rgb.max(-1), rgb.min(-1)
     chroma = mx - mn
@@ -86,11 +94,17 @@ def color_labels(image: np.ndarray) -> np.ndarray:
     r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
     safe = np.maximum(chroma, 1e-6)
     hue = np.where(mx == r, ((g - b) / safe) % 6, np.where(mx == g, (b - r) / safe + 2, (r - g) / safe + 4)) * 60
+    return hue, (chroma >= MIN_CHROMA) & (sat >= MIN_SATURATION)
+
+
+def color_labels(image: np.ndarray) -> np.ndarray:
+    """int8 [H, W]: index into ``list(COLORS)`` of each pixel's colour, −1 for background / unreadable."""
+    hue, vivid = _hue_and_vivid(image)
     hues = np.array(list(_PALETTE_HUES.values()), dtype=np.float32)
     dist = np.abs(hue[..., None] - hues)
     dist = np.minimum(dist, 360 - dist)
     best = dist.argmin(-1)
-    ok = (chroma >= MIN_CHROMA) & (sat >= MIN_SATURATION) & (dist.min(-1) <= MAX_HUE_DISTANCE)
+    ok = vivid & (dist.min(-1) <= MAX_HUE_DISTANCE)
     return np.where(ok, best, -1).astype(np.int8)
 
 
@@ -108,8 +122,8 @@ def classify_shape(mask: np.ndarray) -> str:
     return "square" if corners.mean() >= 0.45 else "circle"
 
 
-def find_blobs(image) -> list[Blob]:
-    """Blobs of an image (PIL image or uint8 array [H, W, 3]); resized to 64 px first if needed."""
+def _as_array(image) -> np.ndarray:
+    """uint8 [H, W, 3] of a PIL image (resized to 64 px if needed) or of an array (as given)."""
     from PIL import Image
 
     if isinstance(image, Image.Image):
@@ -117,7 +131,12 @@ def find_blobs(image) -> list[Blob]:
         if im.size != (IMAGE_SIZE, IMAGE_SIZE):
             im = im.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR)
         image = np.asarray(im)
-    labels = color_labels(np.asarray(image))
+    return np.asarray(image)
+
+
+def find_blobs(image) -> list[Blob]:
+    """Blobs of an image (PIL image or uint8 array [H, W, 3]); resized to 64 px first if needed."""
+    labels = color_labels(_as_array(image))
     names = list(COLORS)
     blobs = []
     for k, name in enumerate(names):
@@ -174,3 +193,34 @@ def check_blobs(blobs: list[Blob], spec: Spec | str, *, exclusive: bool = False)
         named = [o.color for o in spec.objects]
         claims.append(Claim("exclusive", "only " + ", ".join(named), all(b.color in named for b in blobs)))
     return CheckResult(tuple(claims), tuple(blobs))
+
+
+def hue_closeness(image, colors) -> dict[str, float]:
+    """How near in hue the image comes to each of ``colors``: a dense companion of the binary colour claim, for the
+    reward's ``soft_color`` option (a training signal, not an evaluation claim).
+
+    The image's vivid pixels (step 1's chroma and saturation thresholds, any hue) form 8-connected regions; each
+    region of ≥ ``MIN_AREA`` px has a circular mean hue h. For colour c of palette hue h_c, at circular distance
+    d = |h − h_c|: closeness 1 when d ≤ ``MAX_HUE_DISTANCE`` (28°, what step 1 still reads as c), falling linearly to
+    0 at the opposite hue (180°): min(1, (180 − d) / (180 − 28)). A colour's value is the best region's; 0 if there
+    is no vivid region. So a "red" drawn orange (hue 30°) scores 0.99 and one drawn magenta (303°) 0.82 where the
+    binary claim gives 0 to both: among images that all miss a colour, the nearer hue ranks higher. (The samples of
+    a held-out pair miss by anything from a neighbouring hue to 150°, hence the ramp over the whole wheel.)
+    """
+    hue, vivid = _hue_and_vivid(_as_array(image))
+    comp, _ = ndimage.label(vivid, structure=np.ones((3, 3), dtype=bool))
+    region_hues = []
+    for i, sl in enumerate(ndimage.find_objects(comp), start=1):
+        mask = comp[sl] == i
+        if int(mask.sum()) < MIN_AREA:
+            continue
+        ang = np.deg2rad(hue[sl][mask])
+        region_hues.append(float(np.rad2deg(np.arctan2(np.sin(ang).mean(), np.cos(ang).mean())) % 360))
+    out = {}
+    for c in colors:
+        best = 0.0
+        for h in region_hues:
+            d = _hue_distance(h, _PALETTE_HUES[c])
+            best = max(best, min(1.0, (180.0 - d) / (180.0 - MAX_HUE_DISTANCE)))
+        out[c] = best
+    return out

@@ -210,3 +210,88 @@ def test_blind_reward_ignores_the_prompt_and_scores_a_random_caption():
     assert own.scores.mean().item() < true_own - 0.3
     with pytest.raises(ValueError, match="blind must be true or false"):
         get_reward("toy_compositional", blind="yes")
+
+
+def _hsv_square_image(hue_deg: float, box=(8, 20, 26, 38), background=(232, 232, 228)):
+    """A flat square of one hue (saturation 0.85, value 0.87: vivid) on the world's background, and the hue its
+    rounded RGB really has (colorsys, independent of the checker's own hue code)."""
+    import colorsys
+
+    from PIL import ImageDraw
+
+    rgb = tuple(int(round(x * 255)) for x in colorsys.hsv_to_rgb(hue_deg / 360, 0.85, 0.87))
+    img = Image.new("RGB", (64, 64), background)
+    ImageDraw.Draw(img).rectangle(box, fill=rgb)
+    return img, colorsys.rgb_to_hsv(*(c / 255 for c in rgb))[0] * 360
+
+
+def _palette_hue(name: str) -> float:
+    import colorsys
+
+    return colorsys.rgb_to_hsv(*(c / 255 for c in COLORS[name]))[0] * 360
+
+
+@pytest.mark.parametrize("hue", [0.0, 20.0, 30.0, 45.0, 90.0, 150.0, 303.0])
+def test_hue_closeness_falls_linearly_from_the_checkers_limit_to_the_opposite_hue(hue):
+    """Closed form: 1 within 28° of the colour's hue, 0 at the opposite hue, linear between; the hue of the drawn
+    RGB is computed with colorsys, independently of the checker."""
+    from deepgen_rl.toy.checker import hue_closeness
+
+    img, h = _hsv_square_image(hue)
+    got = hue_closeness(img, list(COLORS))
+    for name in COLORS:
+        d = abs(h - _palette_hue(name)) % 360
+        d = min(d, 360 - d)
+        assert got[name] == pytest.approx(min(1.0, (180 - d) / (180 - 28)), abs=1e-4), name
+    if 30.0 <= hue <= 330.0:  # the binary checker no longer reads it as red: only the dense value still ranks it
+        assert not check(img, "a red square").claims[0].passed and got["red"] < 1.0
+
+
+def test_hue_closeness_takes_the_best_region_and_ignores_specks():
+    from deepgen_rl.toy.checker import hue_closeness
+
+    img = render([Placed("red", "triangle", 16.0, 30.0, 18.0), Placed("blue", "square", 46.0, 30.0, 18.0)])
+    got = hue_closeness(img, ["red", "blue", "green"])
+    # green (131°) is 99° from blue (230°) and 131° from red: the blue region is the nearer one
+    assert got["red"] == 1.0 and got["blue"] == 1.0
+    assert got["green"] == pytest.approx((180 - abs(_palette_hue("blue") - _palette_hue("green"))) / 152, abs=0.01)
+    assert hue_closeness(Image.new("RGB", (64, 64), (232, 232, 228)), ["red"]) == {"red": 0.0}
+    # a region below MIN_AREA (4 x 4 = 16 px) does not count, as in find_blobs
+    tiny, _ = _hsv_square_image(0.0, box=(10, 10, 13, 13))
+    assert hue_closeness(tiny, ["red"]) == {"red": 0.0}
+
+
+def test_soft_color_reward_ranks_near_misses_and_keeps_binary_scores_elsewhere():
+    """"a red triangle left of a blue square" has 7 claims (+1 exclusive). An orange triangle (hue 30°) with a correct
+    blue square fails red's colour, shape and count and the relation: binary 3/7; ``soft_color`` gives the colour
+    claim hue_closeness instead: (3 + c)/7 with c from the closed form above; a triangle drawn magenta-red (hue 320°)
+    ranks between them. A correct image scores 1 either way."""
+    import colorsys
+
+    from PIL import ImageDraw
+
+    from deepgen_rl.rewards import get_reward
+
+    prompt = "a red triangle left of a blue square"
+    near = []
+    for hue in (30.0, 90.0):
+        img = render([Placed("blue", "square", 46.0, 30.0, 18.0)])
+        rgb = tuple(int(round(x * 255)) for x in colorsys.hsv_to_rgb(hue / 360, 0.85, 0.87))
+        ImageDraw.Draw(img).polygon([(8, 40), (26, 40), (17, 22)], fill=rgb)
+        h = colorsys.rgb_to_hsv(*(c / 255 for c in rgb))[0] * 360
+        near.append((img, min(1.0, (180 - min(h, 360 - h)) / 152)))
+    good = render([Placed("red", "triangle", 16.0, 30.0, 18.0), Placed("blue", "square", 46.0, 30.0, 18.0)])
+    images = [near[0][0], near[1][0], good]
+    binary = get_reward("toy_compositional")(images, [prompt] * 3).scores
+    soft = get_reward("toy_compositional", soft_color=True)(images, [prompt] * 3).scores
+    assert torch.allclose(binary, torch.tensor([3 / 7, 3 / 7, 1.0]))
+    assert torch.allclose(soft, torch.tensor([(3 + near[0][1]) / 7, (3 + near[1][1]) / 7, 1.0]), atol=1e-4)
+    assert soft[0] > soft[1] > binary[1]  # nearer to red ranks higher, where the binary reward ties them
+    both = get_reward("toy_compositional", soft_color=True, exclusive=True)(images, [prompt] * 3)
+    # exclusive: hue 30° reads as yellow (a colour the prompt does not name: fails), hue 90° as no palette colour
+    assert [b.color for b in find_blobs(near[0][0])] == ["yellow", "blue"] and \
+        [b.color for b in find_blobs(near[1][0])] == ["blue"]
+    assert torch.allclose(both.scores, torch.tensor([(3 + near[0][1]) / 8, (4 + near[1][1]) / 8, 1.0]), atol=1e-4)
+    assert both.info["strict_acc"] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="soft_color must be true or false"):
+        get_reward("toy_compositional", soft_color=1)
