@@ -20,6 +20,13 @@ hue, falling linearly to 0 at the opposite hue) instead of 0/1, the other claims
 miss a colour (a held-out "red triangle" drawn orange or magenta) then still ranks them by how near in hue they come,
 where the binary reward gives the whole group one score and a zero advantage. The score stays in [0, 1] and equals
 the binary one whenever every colour claim passes or the image has no vivid region.
+
+``soft_shape=True`` and ``soft_position=True`` do the same for the shape and position claims (training options too):
+a failing shape claim scores how near the colour's blobs come to being read as the shape
+(`deepgen_rl.toy.checker.shape_closeness`: distance of the blob's centroid height, fill and corner fill from the
+checker's thresholds), a failing position claim how near the stated side the objects come
+(`deepgen_rl.toy.checker.position_closeness`: 1 + margin / 32 px, floored at 0). A claim that passes scores 1 under
+every option, so a correct image scores 1 and every image's score stays in [0, 1]. The options combine freely.
 """
 from __future__ import annotations
 
@@ -35,16 +42,21 @@ from .base import Reward, register_reward
 class ToyCompositionalReward(Reward):
     name = "toy_compositional"
 
-    def __init__(self, exclusive: bool = False, blind: bool = False, soft_color: bool = False):
-        for name, value in (("exclusive", exclusive), ("blind", blind), ("soft_color", soft_color)):
+    def __init__(self, exclusive: bool = False, blind: bool = False, soft_color: bool = False,
+                 soft_shape: bool = False, soft_position: bool = False):
+        for name, value in (("exclusive", exclusive), ("blind", blind), ("soft_color", soft_color),
+                            ("soft_shape", soft_shape), ("soft_position", soft_position)):
             if not isinstance(value, bool):
                 raise ValueError(f"toy_compositional: {name} must be true or false, got {value!r}")
         self.exclusive = exclusive
         self.blind = blind
         self.soft_color = soft_color
+        self.soft_shape = soft_shape
+        self.soft_position = soft_position
 
     def score(self, images, prompts, metadata):
-        from deepgen_rl.toy.checker import check, hue_closeness
+        from deepgen_rl.toy.checker import (blobs_with_masks, check_blobs, hue_closeness, position_closeness,
+                                            shape_closeness)
         from deepgen_rl.toy.world import KINDS, CaptionError, parse_caption, specs_by_kind
 
         pools = [specs_by_kind()[k] for k in KINDS] if self.blind else []  # cached per kind
@@ -61,11 +73,25 @@ class ToyCompositionalReward(Reward):
                 digest = hashlib.sha256(np.asarray(img.convert("RGB")).tobytes()).digest()
                 pool = pools[digest[0] % len(pools)]
                 spec = pool[int.from_bytes(digest[1:9], "big") % len(pool)]
-            result = check(img, spec, exclusive=self.exclusive)
-            if self.soft_color:
-                near = hue_closeness(img, [o.color for o in spec.objects])
-                scores.append(sum(max(float(c.passed), near[c.text]) if c.type == "color" else float(c.passed)
-                                  for c in result.claims) / len(result.claims))
+            found = blobs_with_masks(img)
+            blobs = [b for b, _ in found]
+            result = check_blobs(blobs, spec, exclusive=self.exclusive)
+            if self.soft_color or self.soft_shape or self.soft_position:
+                dense = {}  # claim type -> value of its claims that fail (a passing claim keeps 1)
+                if self.soft_color:
+                    near = hue_closeness(img, [o.color for o in spec.objects])
+                    dense["color"] = lambda c: near[c.text]  # text: the colour
+                if self.soft_shape:
+                    shapes = shape_closeness(found, spec.objects)
+                    dense["shape"] = lambda c: shapes[tuple(c.text.split())]  # text: "<colour> <shape>"
+                if self.soft_position:
+                    pos = position_closeness(blobs, spec)
+                    dense["position"] = lambda c: pos
+                total = 0.0
+                for c in result.claims:
+                    f = dense.get(c.type)
+                    total += 1.0 if c.passed else (f(c) if f is not None else 0.0)
+                scores.append(total / len(result.claims))
             else:
                 scores.append(result.score)
             valid.append(True)

@@ -108,18 +108,25 @@ def color_labels(image: np.ndarray) -> np.ndarray:
     return np.where(ok, best, -1).astype(np.int8)
 
 
-def classify_shape(mask: np.ndarray) -> str:
-    """Shape of one blob given its boolean mask cropped to its bounding box (see module docstring)."""
+TRIANGLE_CY, TRIANGLE_FILL, SQUARE_CORNERS = 0.57, 0.6, 0.45
+
+
+def shape_features(mask: np.ndarray) -> tuple[float, float, float]:
+    """(centroid height in the box, fill of the box, fill of the four corner cells) of a blob's cropped mask."""
     h, w = mask.shape
     ys, _ = np.nonzero(mask)
-    fill = mask.mean()
-    cy_rel = (ys.mean() + 0.5) / h
-    if cy_rel >= 0.57 or fill < 0.6:
-        return "triangle"
     ch, cw = max(1, round(h * 0.25)), max(1, round(w * 0.25))
     corners = np.concatenate([mask[:ch, :cw].ravel(), mask[:ch, -cw:].ravel(), mask[-ch:, :cw].ravel(),
                               mask[-ch:, -cw:].ravel()])
-    return "square" if corners.mean() >= 0.45 else "circle"
+    return float((ys.mean() + 0.5) / h), float(mask.mean()), float(corners.mean())
+
+
+def classify_shape(mask: np.ndarray) -> str:
+    """Shape of one blob given its boolean mask cropped to its bounding box (see module docstring)."""
+    cy_rel, fill, corners = shape_features(mask)
+    if cy_rel >= TRIANGLE_CY or fill < TRIANGLE_FILL:
+        return "triangle"
+    return "square" if corners >= SQUARE_CORNERS else "circle"
 
 
 def _as_array(image) -> np.ndarray:
@@ -134,11 +141,11 @@ def _as_array(image) -> np.ndarray:
     return np.asarray(image)
 
 
-def find_blobs(image) -> list[Blob]:
-    """Blobs of an image (PIL image or uint8 array [H, W, 3]); resized to 64 px first if needed."""
+def blobs_with_masks(image) -> list[tuple[Blob, np.ndarray]]:
+    """``find_blobs`` with each blob's boolean mask cropped to its bounding box (what ``classify_shape`` reads)."""
     labels = color_labels(_as_array(image))
     names = list(COLORS)
-    blobs = []
+    out = []
     for k, name in enumerate(names):
         comp, n = ndimage.label(labels == k, structure=np.ones((3, 3), dtype=bool))
         for i, sl in enumerate(ndimage.find_objects(comp), start=1):
@@ -147,9 +154,14 @@ def find_blobs(image) -> list[Blob]:
             if area < MIN_AREA:
                 continue
             ys, xs = np.nonzero(mask)
-            blobs.append(Blob(name, classify_shape(mask), area, float(xs.mean() + sl[1].start + 0.5),
-                              float(ys.mean() + sl[0].start + 0.5)))
-    return blobs
+            out.append((Blob(name, classify_shape(mask), area, float(xs.mean() + sl[1].start + 0.5),
+                             float(ys.mean() + sl[0].start + 0.5)), mask))
+    return out
+
+
+def find_blobs(image) -> list[Blob]:
+    """Blobs of an image (PIL image or uint8 array [H, W, 3]); resized to 64 px first if needed."""
+    return [b for b, _ in blobs_with_masks(image)]
 
 
 def check(image, spec: Spec | str, *, exclusive: bool = False) -> CheckResult:
@@ -224,3 +236,76 @@ def hue_closeness(image, colors) -> dict[str, float]:
             best = max(best, min(1.0, (180.0 - d) / (180.0 - MAX_HUE_DISTANCE)))
         out[c] = best
     return out
+
+
+# How far each shape feature may sit on the wrong side of its threshold before a soft shape value reaches 0.
+SHAPE_SCALES = {"cy": 0.2, "fill": 0.5, "corners": 0.7}
+
+
+def shape_closeness_of_mask(mask: np.ndarray, shape: str) -> float:
+    """How near one blob comes to being read as ``shape``: a dense companion of the binary shape claim, for the
+    reward's ``soft_shape`` option (a training signal, not an evaluation claim).
+
+    With the blob's ``shape_features`` (cy, fill, corners) and the thresholds of ``classify_shape``, the distance d
+    is how far the features must move, each in units of ``SHAPE_SCALES``, for the checker to read ``shape``:
+      triangle  needs cy ≥ 0.57 or fill < 0.6:   d = min((0.57 − cy)⁺ / 0.2, (fill − 0.6)⁺ / 0.5)
+      square    needs cy < 0.57, fill ≥ 0.6 and corners ≥ 0.45:
+                d = (cy − 0.57)⁺ / 0.2 + (0.6 − fill)⁺ / 0.5 + (0.45 − corners)⁺ / 0.7
+      circle    the same with (corners − 0.45)⁺ / 0.7 for the last term.
+    Closeness is 1 when the checker reads ``shape``, else max(0, 1 − d). A full box (cy 0.5, fill 1, corners 1)
+    scores 1 as a square, 1 − 0.55/0.7 = 0.21 as a circle and 1 − min(0.35, 0.8) = 0.65 as a triangle."""
+    if shape not in ("circle", "square", "triangle"):
+        raise ValueError(f"unknown shape {shape!r}")
+    if classify_shape(mask) == shape:
+        return 1.0
+    cy, fill, corners = shape_features(mask)
+    s = SHAPE_SCALES
+    if shape == "triangle":
+        d = min(max(0.0, TRIANGLE_CY - cy) / s["cy"], max(0.0, fill - TRIANGLE_FILL) / s["fill"])
+    else:
+        d = max(0.0, cy - TRIANGLE_CY) / s["cy"] + max(0.0, TRIANGLE_FILL - fill) / s["fill"]
+        off = SQUARE_CORNERS - corners if shape == "square" else corners - SQUARE_CORNERS
+        d += max(0.0, off) / s["corners"]
+    return max(0.0, 1.0 - d)
+
+
+def shape_closeness(blobs_and_masks, objects) -> dict[tuple[str, str], float]:
+    """Per (colour, shape) of ``objects``: the dense shape claim. The binary claim needs a blob of the colour and
+    every such blob read as the shape; the dense value is the minimum of ``shape_closeness_of_mask`` over the
+    colour's blobs (so 1 exactly when the binary claim passes), 0 when the colour has no blob."""
+    out = {}
+    for o in objects:
+        vals = [shape_closeness_of_mask(m, o.shape) for b, m in blobs_and_masks if b.color == o.color]
+        out[(o.color, o.shape)] = min(vals) if vals else 0.0
+    return out
+
+
+def position_closeness(blobs, spec: Spec) -> float:
+    """The dense position claim of ``spec`` (1 when the binary claim passes): for the reward's ``soft_position``
+    option (a training signal, not an evaluation claim). The binary claim passes when a margin m is > 0:
+      region left / right / top / bottom:  m = 32 − cx, cx − 32, 32 − cy, cy − 32 of the largest blob of the colour;
+      relation "A left of B":             m = cx_B − cx_A − 2 (right of, above, below likewise), largest blobs.
+    A failing claim scores max(0, 1 + m / 32): 1 at the boundary, 0 half the image (32 px) on the wrong side, so
+    images that all fail are ranked by how near they come. 0 when a blob it needs is missing; 1.0 when the spec has
+    no position (no claim)."""
+    if spec.position is None:
+        return 1.0
+    by_color: dict[str, list[Blob]] = {}
+    for b in blobs:
+        by_color.setdefault(b.color, []).append(b)
+    largest = [max(by_color[o.color], key=lambda b: b.area) if by_color.get(o.color) else None
+               for o in spec.objects]
+    kind, value = spec.position
+    half = IMAGE_SIZE / 2
+    if kind == "region":
+        a = largest[0]
+        if a is None:
+            return 0.0
+        m = {"left": half - a.cx, "right": a.cx - half, "top": half - a.cy, "bottom": a.cy - half}[value]
+    else:
+        a, b = largest
+        if a is None or b is None:
+            return 0.0
+        m = {"left of": b.cx - a.cx, "right of": a.cx - b.cx, "above": b.cy - a.cy,
+             "below": a.cy - b.cy}[value] - RELATION_MARGIN
+    return 1.0 if m > 0 else max(0.0, 1.0 + m / half)

@@ -295,3 +295,115 @@ def test_soft_color_reward_ranks_near_misses_and_keeps_binary_scores_elsewhere()
     assert both.info["strict_acc"] == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="soft_color must be true or false"):
         get_reward("toy_compositional", soft_color=1)
+
+
+def test_shape_closeness_of_masks_with_closed_form_features():
+    """Masks whose (centroid height, fill, corner fill) are known exactly; the closeness is the module's formula:
+    1 where the checker reads the shape, else 1 − (the moves past the thresholds 0.57 / 0.6 / 0.45, scaled by
+    0.2 / 0.5 / 0.7), floored at 0."""
+    from deepgen_rl.toy.checker import classify_shape, shape_closeness_of_mask
+
+    box = np.ones((8, 8), dtype=bool)  # cy 0.5, fill 1, corners 1: a square
+    assert classify_shape(box) == "square"
+    assert shape_closeness_of_mask(box, "square") == 1.0
+    assert shape_closeness_of_mask(box, "circle") == pytest.approx(1 - 0.55 / 0.7)
+    assert shape_closeness_of_mask(box, "triangle") == pytest.approx(1 - min(0.07 / 0.2, 0.4 / 0.5))
+    cross = box.copy()  # the four 2x2 corner cells empty: cy 0.5, fill 0.75, corners 0 -> a circle
+    for ys in (slice(0, 2), slice(6, 8)):
+        for xs in (slice(0, 2), slice(6, 8)):
+            cross[ys, xs] = False
+    assert classify_shape(cross) == "circle" and shape_closeness_of_mask(cross, "circle") == 1.0
+    assert shape_closeness_of_mask(cross, "square") == pytest.approx(1 - 0.45 / 0.7)
+    assert shape_closeness_of_mask(cross, "triangle") == pytest.approx(1 - min(0.07 / 0.2, 0.15 / 0.5))
+    low = np.zeros((8, 8), dtype=bool)
+    low[4:] = True  # rows 4-7: cy (5.5 + 0.5) / 8 = 0.75, fill 0.5, corners 0.5 -> a triangle
+    assert classify_shape(low) == "triangle" and shape_closeness_of_mask(low, "triangle") == 1.0
+    assert shape_closeness_of_mask(low, "square") == 0.0  # 0.18 / 0.2 + 0.1 / 0.5 = 1.1 > 1
+    half = np.zeros((10, 8), dtype=bool)
+    half[3:] = True  # rows 3-9: cy (6 + 0.5) / 10 = 0.65, fill 0.7
+    cy = 0.65
+    corners = (0 + 0 + 1 + 1) / 4  # corner cells of round(2.5) = 2 rows: the top ones empty, the bottom ones full
+    assert classify_shape(half) == "triangle"
+    assert shape_closeness_of_mask(half, "square") == pytest.approx(1 - (cy - 0.57) / 0.2)  # corners 0.5 >= 0.45
+    assert shape_closeness_of_mask(half, "circle") == pytest.approx(
+        max(0.0, 1 - (cy - 0.57) / 0.2 - (corners - 0.45) / 0.7))
+    with pytest.raises(ValueError, match="unknown shape"):
+        shape_closeness_of_mask(box, "star")
+
+
+def test_shape_closeness_takes_the_worst_blob_of_the_colour_and_zero_without_one():
+    from deepgen_rl.toy.checker import blobs_with_masks, shape_closeness
+
+    img = render([Placed("red", "square", 16.0, 16.0, 16.0), Placed("red", "circle", 46.0, 46.0, 16.0),
+                  Placed("blue", "circle", 46.0, 16.0, 16.0)])
+    found = blobs_with_masks(img)
+    assert sorted((b.color, b.shape) for b, _ in found) == [("blue", "circle"), ("red", "circle"), ("red", "square")]
+    objs = parse_caption("two red squares").objects + parse_caption("a blue circle").objects + \
+        parse_caption("a green circle").objects
+    got = shape_closeness(found, objs)
+    # "every red blob is a square" fails on the circle: the value is the circle's closeness to square, below 1
+    from deepgen_rl.toy.checker import shape_closeness_of_mask
+    circle_mask = next(m for b, m in found if b.color == "red" and b.shape == "circle")
+    assert got[("red", "square")] == pytest.approx(shape_closeness_of_mask(circle_mask, "square"))
+    assert 0.0 < got[("red", "square")] < 1.0
+    assert got[("blue", "circle")] == 1.0 and got[("green", "circle")] == 0.0
+
+
+def test_position_closeness_closed_form_on_blob_centroids():
+    from deepgen_rl.toy.checker import Blob, position_closeness
+
+    red, blue = Blob("red", "circle", 100, 40.0, 30.0), Blob("blue", "square", 100, 24.0, 20.0)
+    rel = parse_caption("a red circle left of a blue square")
+    assert position_closeness([red, blue], rel) == pytest.approx(1 + (24 - 40 - 2) / 32)  # m = -18 px
+    assert position_closeness([red, blue], parse_caption("a red circle right of a blue square")) == 1.0
+    assert position_closeness([red, blue], parse_caption("a red circle above a blue square")) == \
+        pytest.approx(1 + (20 - 30 - 2) / 32)
+    assert position_closeness([red, blue], parse_caption("a red circle below a blue square")) == 1.0
+    # the largest blob of a colour decides, as in the binary claim; far on the wrong side floors at 0
+    far = Blob("red", "circle", 300, 60.0, 30.0)
+    assert position_closeness([red, far, Blob("blue", "square", 100, 4.0, 30.0)], rel) == 0.0
+    assert position_closeness([red], rel) == 0.0  # blue missing
+    assert position_closeness([red], parse_caption("a red circle on the left")) == pytest.approx(1 + (32 - 40) / 32)
+    assert position_closeness([red], parse_caption("a red circle on the right")) == 1.0
+    assert position_closeness([red], parse_caption("a red circle at the bottom")) == pytest.approx(1 + (30 - 32) / 32)
+    assert position_closeness([red], parse_caption("a red circle at the top")) == 1.0
+    assert position_closeness([red], parse_caption("a red circle")) == 1.0  # no position claim
+    # the binary claim and the dense one agree on pass / fail
+    for text in ("a red circle left of a blue square", "a red circle above a blue square"):
+        passed = check_blobs_position([red, blue], text)
+        assert (position_closeness([red, blue], parse_caption(text)) == 1.0) == passed
+
+
+def check_blobs_position(blobs, text):
+    from deepgen_rl.toy.checker import check_blobs
+
+    return next(c.passed for c in check_blobs(blobs, text).claims if c.type == "position")
+
+
+def test_soft_shape_and_soft_position_rewards_add_dense_values_only_to_failing_claims():
+    """"a red circle left of a blue square" (7 claims) on a correct image scores 1 under every option. Drawn with the
+    red object a square and on the wrong side, the binary reward counts 5 of 7 (red's shape and the relation fail);
+    ``soft_shape`` adds the red square's closeness to circle, ``soft_position`` 1 + m / 32 with m from the blobs."""
+    from deepgen_rl.rewards import get_reward
+    from deepgen_rl.toy.checker import blobs_with_masks, shape_closeness_of_mask
+
+    prompt = "a red circle left of a blue square"
+    good = render([Placed("red", "circle", 16.0, 30.0, 18.0), Placed("blue", "square", 46.0, 30.0, 18.0)])
+    bad = render([Placed("red", "square", 40.0, 30.0, 18.0), Placed("blue", "square", 16.0, 30.0, 18.0)])
+    found = blobs_with_masks(bad)
+    red = next((b, m) for b, m in found if b.color == "red")
+    blue = next(b for b, _ in found if b.color == "blue")
+    shape_v = shape_closeness_of_mask(red[1], "circle")
+    pos_v = max(0.0, 1 + (blue.cx - red[0].cx - 2) / 32)
+    assert 0 < shape_v < 1 and 0 < pos_v < 1 and abs(red[0].cx - blue.cx - 24) < 1.5
+    images = [good, bad]
+    for kwargs, want_bad in (({}, 5 / 7), ({"soft_shape": True}, (5 + shape_v) / 7),
+                             ({"soft_position": True}, (5 + pos_v) / 7),
+                             ({"soft_shape": True, "soft_position": True, "soft_color": True},
+                              (5 + shape_v + pos_v) / 7)):
+        got = get_reward("toy_compositional", **kwargs)(images, [prompt] * 2)
+        assert torch.allclose(got.scores, torch.tensor([1.0, want_bad]), atol=1e-6), kwargs
+        assert got.info["strict_acc"] == 0.5
+    for name in ("soft_shape", "soft_position"):
+        with pytest.raises(ValueError, match=f"{name} must be true or false"):
+            get_reward("toy_compositional", **{name: "yes"})
