@@ -25,6 +25,8 @@ from .world import KINDS, parse_caption
 SUMMARY_FILE = "toy_summary.json"
 VERDICTS_FILE = "toy_verdicts.jsonl"
 HTML_FILE = "toy.html"
+# the held-out eval dataset of assets/rl_datasets/toy/eval/eval_toy.yaml (and tests/toy/eval_toy_heldout.yaml)
+HELDOUT = "toy_heldout"
 
 
 @dataclass

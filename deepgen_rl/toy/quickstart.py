@@ -21,9 +21,8 @@ import json
 from pathlib import Path
 
 from deepgen_rl.checkpoints.rl_format import latest_checkpoint
+from deepgen_rl.toy.evaluate import HELDOUT  # the eval dataset shown in the report
 from deepgen_rl.trainer.visuals import make_grid, plot_reward_curve, read_metrics, step_time_html
-
-HELDOUT = "toy_heldout"  # the eval dataset of assets/rl_datasets/toy/eval/eval_toy.yaml shown in the report
 
 
 def toy_eval_curves(output_dir: Path) -> tuple[dict[int, dict], dict[int, list[dict]]]:

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-HELDOUT = "toy_heldout"
+from .evaluate import HELDOUT
 
 
 def run_statistics(output_dir: str | Path, dataset: str = HELDOUT, n_others: int = 8,

@@ -14,6 +14,7 @@ from deepgen_rl.toy.evaluate import check_images, summarize, write_toy_report
 from deepgen_rl.toy.run_report import main, run_statistics
 from deepgen_rl.toy.world import BACKGROUND, parse_caption, render_spec
 
+BLANK = Image.new("RGB", (64, 64), BACKGROUND)  # no vivid pixel: every claim fails
 PROMPTS = ["a red circle", "two blue squares", "a green triangle on the left", "a yellow circle above a cyan square",
            "three magenta circles", "a blue triangle at the top"]
 
@@ -21,12 +22,11 @@ PROMPTS = ["a red circle", "two blue squares", "a green triangle on the left", "
 def _write_step(root, step, images_per_prompt, mtime):
     """eval/step_<step> as the trainer's toy eval writes it; images_per_prompt[i] = images of prompt i."""
     d = root / "eval" / f"step_{step}"
-    d.mkdir(parents=True)
+    (d / "toy_heldout").mkdir(parents=True)
     verdicts = []
     for i, imgs in enumerate(images_per_prompt):
         for j, im in enumerate(imgs):
             rel = f"toy_heldout/{i}_{j}.png"
-            (d / "toy_heldout").mkdir(exist_ok=True)
             im.save(d / rel)
             v = check_images([im], [PROMPTS[i]])[0].to_dict()
             verdicts.append({"dataset": "toy_heldout", "index": i, "dup": j, "rel_path": rel, **v})
@@ -39,11 +39,10 @@ def _drawn(i, seed=0):
 
 
 def test_run_statistics_against_closed_forms(tmp_path):
-    blank = Image.new("RGB", (64, 64), BACKGROUND)
-    # step 0: every prompt gets blank images (no claim passes); step 10: prompts 0-3 get two correct images each,
-    # prompts 4-5 stay blank; step 20: every prompt's images are drawn for the NEXT prompt (prompt-blind shuffle)
-    _write_step(tmp_path, 0, [[blank, blank] for _ in PROMPTS], 1000.0)
-    _write_step(tmp_path, 10, [[_drawn(i), _drawn(i, 1)] if i < 4 else [blank, blank] for i in range(6)], 1090.0)
+    # step 0: every prompt gets BLANK images (no claim passes); step 10: prompts 0-3 get two correct images each,
+    # prompts 4-5 stay BLANK; step 20: every prompt's images are drawn for the NEXT prompt (prompt-blind shuffle)
+    _write_step(tmp_path, 0, [[BLANK, BLANK] for _ in PROMPTS], 1000.0)
+    _write_step(tmp_path, 10, [[_drawn(i), _drawn(i, 1)] if i < 4 else [BLANK, BLANK] for i in range(6)], 1090.0)
     _write_step(tmp_path, 20, [[_drawn((i + 1) % 6)] * 2 for i in range(6)], 1180.0)
     rows = run_statistics(tmp_path, t0=970.0)
     assert [r["step"] for r in rows] == [0, 10, 20]
@@ -57,7 +56,7 @@ def test_run_statistics_against_closed_forms(tmp_path):
     assert r10["own"]["mean"] == pytest.approx(4 / 6)
     assert r10["strict_by_kind"]["single"] == 1.0 and r10["strict_by_kind"]["count"] == 0.5
     # own - other: the 4 drawn prompts score 1 on their own claims and < 1 on the others', so they go up; the
-    # blank ones stay at 0 - 0 (ties, dropped)
+    # BLANK ones stay at 0 - 0 (ties, dropped)
     assert r10["own_minus_other"]["up"] == 4 and r10["own_minus_other"]["down"] == 0
     # step 20 is prompt-blind in the sense of the checker: each image is another prompt's, so own is what the
     # shuffled caption scores, and own - other cannot be large on every prompt
@@ -66,10 +65,9 @@ def test_run_statistics_against_closed_forms(tmp_path):
 
 
 def test_sign_test_p_matches_the_binomial_tail(tmp_path):
-    blank = Image.new("RGB", (64, 64), BACKGROUND)
-    _write_step(tmp_path, 0, [[_drawn(i)] if i < 2 else [blank] for i in range(6)], 10.0)
+    _write_step(tmp_path, 0, [[_drawn(i)] if i < 2 else [BLANK] for i in range(6)], 10.0)
     # prompts 0,1 fail now (down 2); prompts 2..5 pass (up 4): p = P(Bin(6, 1/2) >= 4) = 22/64
-    _write_step(tmp_path, 5, [[blank] if i < 2 else [_drawn(i)] for i in range(6)], 20.0)
+    _write_step(tmp_path, 5, [[BLANK] if i < 2 else [_drawn(i)] for i in range(6)], 20.0)
     r = run_statistics(tmp_path)[1]
     assert (r["strict"]["up"], r["strict"]["down"]) == (4, 2)
     assert r["strict"]["p"] == pytest.approx(sum(math.comb(6, k) for k in range(4, 7)) / 64)
@@ -77,8 +75,7 @@ def test_sign_test_p_matches_the_binomial_tail(tmp_path):
 
 
 def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
-    blank = Image.new("RGB", (64, 64), BACKGROUND)
-    _write_step(tmp_path, 0, [[blank] for _ in PROMPTS], 10.0)
+    _write_step(tmp_path, 0, [[BLANK] for _ in PROMPTS], 10.0)
     _write_step(tmp_path, 10, [[_drawn(i)] for i in range(6)], 70.0)
     out = tmp_path / "r.json"
     assert main([str(tmp_path), "--json", str(out)]) == 0
@@ -91,8 +88,7 @@ def test_cli_errors_name_what_is_missing(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path)])
     assert e.value.code == 2 and "eval does not exist" in capsys.readouterr().err
-    blank = Image.new("RGB", (64, 64), BACKGROUND)
-    _write_step(tmp_path, 0, [[blank] for _ in PROMPTS], 10.0)
+    _write_step(tmp_path, 0, [[BLANK] for _ in PROMPTS], 10.0)
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--dataset", "nope"])
     assert "toy_heldout" in capsys.readouterr().err
