@@ -67,6 +67,10 @@ class GRPOConfig(TrainingArguments):
     image_width: int = field(default=512, metadata={"help": "generated image width"})
     cfg_scale: float = field(default=0.0, metadata={"help": "rollout CFG scale; <= 1 means conditional only"})
     init_same_noise: bool = field(default=True, metadata={"help": "images of one prompt share the initial noise"})
+    share_ode_prefix: bool = field(default=True, metadata={
+        "help": "with --init_same_noise, run the ODE steps before the first stochastic step (an SDE window that "
+                "starts late) once per group instead of once per image: the same images up to float rounding, "
+                "fewer DiT forwards"})
     trajectory_device: str = field(default="cpu", metadata={"help": "where rollout latents are kept: cpu or device"})
     # ---- policy update ----
     atrain_micro_batch_size: int = field(default=32, metadata={"help": "images per rank per training forward"})
@@ -106,6 +110,9 @@ class GRPOConfig(TrainingArguments):
     sftaux_coef: float = field(default=1e-4, metadata={"help": "lambda: loss = (1-lambda) L_grpo + lambda L_sft"})
     sftaux_every_n_steps: int = field(default=1, metadata={"help": "add the SFT loss every N optimizer updates"})
     sftaux_micro_batch_size: int = field(default=32, metadata={"help": "image-caption pairs per rank per SFT loss"})
+    sftaux_latent_cache_mb: float = field(default=1024.0, metadata={
+        "help": "MiB per rank of SFT-image VAE latents kept and reused when an image is drawn again (the frozen VAE's "
+                "posterior mean: the same x0 up to float rounding); 0 = encode every batch"})
     # ---- evaluation / logging ----
     eval_freq: int = field(default=10, metadata={"help": "evaluate every N steps (0 = never)"})
     eval_inference_mode: str = field(default="ode", metadata={"help": "ode or sde sampling for evaluation"})
@@ -180,6 +187,8 @@ class GRPOConfig(TrainingArguments):
                     "the update")
             if not 0.0 <= self.zero_advantage_tol < 1e-2:
                 raise ValueError(f"--zero_advantage_tol must be in [0, 0.01), got {self.zero_advantage_tol}")
+        if self.sftaux_latent_cache_mb < 0:
+            raise ValueError(f"--sftaux_latent_cache_mb must be >= 0, got {self.sftaux_latent_cache_mb}")
         if self.beta < 0 or not 0.0 <= self.sftaux_coef < 1.0:
             raise ValueError("--beta must be >= 0 and --sftaux_coef in [0, 1)")
         for name in ("rollout_n", "rollout_micro_batch_size", "atrain_micro_batch_size", "num_inference_steps",

@@ -4,6 +4,13 @@ Each distinct prompt is encoded once (one VLM forward over the unique prompts of
 branch is one extra batched encoding of the empty prompt and runs in the same DiT forward as the conditional one.
 Stored per image: the T+1 trajectory latents (fp32, on CPU or the device) and the T per-step log-probs (fp32),
 exactly what ``sde_step(prev_sample=...)`` needs to recompute the log-probs with gradients.
+
+Shared ODE prefix: with ``init_same_noise``, the images of a group start from the same x_T with the same prompt, so
+until the first stochastic step (an SDE window that starts late, Flow-GRPO-Fast) their deterministic ODE steps are
+the same computation. ``share_ode_prefix`` runs those steps once per group (per micro-batch) and copies the result to
+the group's other images: the images of a group are then bit-identical up to the window, and the DiT runs
+``(prefix steps) x (groups)`` instead of ``(prefix steps) x (images)`` forwards there. Without sharing they agree to
+floating-point rounding only (a batched forward's result can depend on the batch it runs in).
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class RolloutBatch:
 @torch.no_grad()
 def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigmas: torch.Tensor,
             stochastic: torch.Tensor, sampler: str, eta: float, cfg_scale: float = 0.0, init_same_noise: bool = False,
+            share_ode_prefix: bool = True,
             height: int, width: int, seed: int, step: int, rank: int, transformer=None,
             storage_device: str | torch.device = "cpu",
             on_micro_batch: Callable[[list[int], list[Image.Image]], None] | None = None,
@@ -70,6 +78,8 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
     Noise: x_T of image k of group g comes from a generator seeded by (seed, step, g[, k]) — shared within a
     group when ``init_same_noise`` even if the group spans micro-batches, and distinct across ranks because group
     ids are globally unique. SDE noise of micro-batch m comes from (seed, step, rank, m).
+    ``share_ode_prefix`` (only acts with ``init_same_noise``): the ODE steps before the first stochastic step run once
+    per group of the micro-batch (see the module docstring).
     ``on_micro_batch(indices, images)`` is called as soon as a micro-batch is decoded (the trainer starts its
     reward requests there, so HTTP latency hides behind the next micro-batches).
     """
@@ -99,6 +109,9 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
 
     sigma_list = [float(s) for s in sigmas.tolist()]  # host floats: no per-step device sync in sde_step
     stochastic_list = [bool(b) for b in stochastic.tolist()]
+    # steps [0, prefix) are deterministic and shared by a group's images (same x_T, same prompt)
+    prefix = (stochastic_list.index(True) if True in stochastic_list else num_steps) \
+        if (init_same_noise and share_ode_prefix) else 0
     starts = range(0, n, micro_batch_size)
     bar = tqdm(total=len(starts) * num_steps, desc=f"rollout step {step}", disable=not progress, leave=False)
     for m, s in enumerate(starts):
@@ -113,9 +126,19 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
         mb_traj = torch.empty((len(idx), num_steps + 1, c, h, w), dtype=torch.float32, device=device)
         mb_log_probs = torch.zeros((len(idx), num_steps), dtype=torch.float32, device=device)
         mb_traj[:, 0] = x
+        # one representative row per group of the micro-batch, and each row's representative
+        first: dict[int, int] = {}
+        rep = torch.tensor([first.setdefault(group_ids[i], r) for r, i in enumerate(idx)], device=device)
+        uniq = torch.tensor(sorted(first.values()), device=device)
+        expand = torch.searchsorted(uniq, rep)
         for t in range(num_steps):
-            sig = torch.full((len(idx),), sigma_list[t], device=device)
-            v = guided_velocity(model, x.to(dtype), sig, mb_cond, uncond, cfg_scale, transformer)
+            if t < prefix and len(uniq) < len(idx):
+                sig = torch.full((len(uniq),), sigma_list[t], device=device)
+                v = guided_velocity(model, x.index_select(0, uniq).to(dtype), sig, mb_cond.index_select(uniq),
+                                    uncond, cfg_scale, transformer).index_select(0, expand)
+            else:
+                sig = torch.full((len(idx),), sigma_list[t], device=device)
+                v = guided_velocity(model, x.to(dtype), sig, mb_cond, uncond, cfg_scale, transformer)
             out = sde_step(sampler if stochastic_list[t] else ODE, v, x, sigma_list[t], sigma_list[t + 1],
                            eta, generator=gen)
             x = out.prev_sample

@@ -96,6 +96,67 @@ def test_cfg_uses_one_batched_forward(model):
     assert b.num_prompt_encodings == 2  # the prompt + the empty prompt
 
 
+def _counting(model, calls):
+    orig = model.predict_velocity
+
+    def counting(latents, sigma, cond, transformer=None):
+        calls.append(latents.shape[0])
+        return orig(latents, sigma, cond, transformer=transformer)
+
+    return counting
+
+
+@pytest.mark.parametrize("cfg_scale", [0.0, 4.0])
+def test_shared_ode_prefix_runs_once_per_group_and_matches_the_per_image_rollout(model, cfg_scale):
+    # T = 6, the SDE window is steps 3 and 4: steps 0-2 are ODE from a group's shared x_T. 3 groups x 4 images in
+    # micro-batches of 5: micro-batch 0 holds groups {10: 4 rows, 11: 1 row}, 1 holds {11: 3, 12: 2}, 2 holds {12: 2}.
+    T = 6
+    stochastic = torch.tensor([False, False, False, True, True, False])
+    items = [Item("a red car", "d", 10), Item("a blue bird", "d", 11), Item("a red car", "d", 12)]
+    kw = dict(sigmas=make_sigmas(T, model.scheduler_shift), stochastic=stochastic, init_same_noise=True,
+              micro_batch_size=5, cfg_scale=cfg_scale)
+    runs = {}
+    for share in (True, False):
+        calls = []
+        model.predict_velocity = _counting(model, calls)
+        try:
+            runs[share] = (_run(model, items, share_ode_prefix=share, **kw), calls)
+        finally:
+            del model.predict_velocity
+    (shared, calls_shared), (plain, calls_plain) = runs[True], runs[False]
+    k = 2 if cfg_scale > 1.0 else 1  # CFG stacks cond + uncond in one forward
+    # closed form: per micro-batch, 3 prefix steps on (groups in it) rows, then 3 steps on all its rows
+    assert calls_shared == [k * r for r in [2] * 3 + [5] * 3 + [2] * 3 + [5] * 3 + [1] * 3 + [2] * 3]
+    assert calls_plain == [k * r for r in [5] * 6 + [5] * 6 + [2] * 6]
+    # a group's images in one micro-batch are bit-identical through the prefix (in two micro-batches: equal up to
+    # rounding), then the window's noise separates them
+    lat = shared.latents
+    for a, b in [(0, 1), (0, 2), (0, 3), (5, 6), (5, 7), (8, 9), (10, 11)]:
+        assert torch.equal(lat[a, :4], lat[b, :4]) and not torch.equal(lat[a, -1], lat[b, -1]), (a, b)
+    for a, b in [(4, 5), (9, 10)]:
+        assert torch.allclose(lat[a, :4], lat[b, :4], atol=1e-5, rtol=0) and not torch.equal(lat[a, -1], lat[b, -1])
+    assert torch.equal(shared.log_probs[:, :3], torch.zeros(12, 3))
+    # the same rollout as computing every image, up to float rounding (same SDE noise, same micro-batches)
+    assert torch.allclose(lat, plain.latents, atol=1e-5, rtol=0)
+    assert torch.allclose(shared.log_probs, plain.log_probs, atol=1e-3, rtol=1e-5)
+    assert (shared.log_probs[:, 3:5] != 0).all()
+
+
+def test_shared_ode_prefix_needs_shared_noise_and_a_late_first_stochastic_step(model):
+    items = [Item("a red car", "d", 10)]
+    for kw, want in [(dict(init_same_noise=False, stochastic=torch.tensor([False, True, True, False])), [4] * 4),
+                     (dict(init_same_noise=True, stochastic=torch.ones(4, dtype=torch.bool)), [4] * 4),
+                     (dict(init_same_noise=True, stochastic=torch.tensor([False, False, True, False])),
+                      [1, 1, 4, 4])]:
+        calls = []
+        model.predict_velocity = _counting(model, calls)
+        try:
+            _run(model, items, micro_batch_size=4, **kw)
+        finally:
+            del model.predict_velocity
+        assert calls == want, kw
+
+
 def test_expand_groups_puts_the_prompt_files_fields_under_the_rollout_keys():
     from deepgen_rl.data.prompts import PromptItem
 

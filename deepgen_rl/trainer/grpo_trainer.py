@@ -176,7 +176,8 @@ class DeepGenGRPOTrainer(Trainer):
 
             self.sftaux = SFTAuxiliary(self.sftaux_dataset_config, self.deepgen, rank=self.rank,
                                        world_size=self.world, seed=args.seed,
-                                       micro_batch_size=args.sftaux_micro_batch_size)
+                                       micro_batch_size=args.sftaux_micro_batch_size,
+                                       latent_cache_mb=args.sftaux_latent_cache_mb)
         elif args.sftaux_coef > 0:
             logger.warning("sftaux_coef > 0 but no --sftaux_dataset_config: the SFT-auxiliary loss is off")
 
@@ -323,7 +324,8 @@ class DeepGenGRPOTrainer(Trainer):
             batch = rollout(self.deepgen, items, rollout_n=args.rollout_n,
                             micro_batch_size=args.rollout_micro_batch_size, sigmas=sigmas, stochastic=stochastic,
                             sampler=args.atrain_sde_sampler, eta=args.sde_eta, cfg_scale=args.cfg_scale,
-                            init_same_noise=args.init_same_noise, height=args.image_height, width=args.image_width,
+                            init_same_noise=args.init_same_noise,
+                            share_ode_prefix=args.share_ode_prefix, height=args.image_height, width=args.image_width,
                             seed=args.seed, step=step, rank=self.rank, transformer=self.dit_module,
                             storage_device=args.trajectory_device if args.trajectory_device == "cpu" else self.device,
                             on_micro_batch=on_micro_batch, progress=self.rank == 0 and not args.disable_tqdm)

@@ -57,6 +57,15 @@ def test_rollout_memory_smoke():
     assert "bench/rollout_memory.py --smoke" in out
 
 
+def test_shared_ode_prefix_smoke():
+    out = run_smoke("shared_ode_prefix.py")
+    assert "per window start" in out and "max |dlatent|" in out
+    r = ratios(out)
+    # T = 4, window 2 at starts 0 and 1, 2 groups x 4 images in one micro-batch: rows 32 and 1 x 2 + 3 x 8 = 26
+    assert r["DiT rows shared / per image (mean over window starts)"] == pytest.approx((1 + 26 / 32) / 2, abs=1e-3)
+    assert "bench/shared_ode_prefix.py --smoke" in out
+
+
 def test_gpu_throughput_smoke():
     out = run_smoke("gpu_throughput.py")
     assert "rollout step: DiT fwd + sde_step" in out and "train piece: DiT fwd+bwd + ref fwd" in out
