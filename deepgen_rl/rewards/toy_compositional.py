@@ -55,8 +55,8 @@ class ToyCompositionalReward(Reward):
         self.soft_position = soft_position
 
     def score(self, images, prompts, metadata):
-        from deepgen_rl.toy.checker import (blobs_with_masks, check_blobs, hue_closeness, position_closeness,
-                                            shape_closeness)
+        from deepgen_rl.toy.checker import (blobs_with_masks, check_blobs, hue_and_vivid, hue_closeness,
+                                            position_closeness, shape_closeness)
         from deepgen_rl.toy.world import KINDS, CaptionError, parse_caption, specs_by_kind
 
         pools = [specs_by_kind()[k] for k in KINDS] if self.blind else []  # cached per kind
@@ -73,13 +73,14 @@ class ToyCompositionalReward(Reward):
                 digest = hashlib.sha256(np.asarray(img.convert("RGB")).tobytes()).digest()
                 pool = pools[digest[0] % len(pools)]
                 spec = pool[int.from_bytes(digest[1:9], "big") % len(pool)]
-            found = blobs_with_masks(img)
+            hv = hue_and_vivid(img)  # read once: the blobs and the colour closeness both use it
+            found = blobs_with_masks(img, hue_vivid=hv)
             blobs = [b for b, _ in found]
             result = check_blobs(blobs, spec, exclusive=self.exclusive)
             if self.soft_color or self.soft_shape or self.soft_position:
                 dense = {}  # claim type -> value of its claims that fail (a passing claim keeps 1)
                 if self.soft_color:
-                    near = hue_closeness(img, [o.color for o in spec.objects])
+                    near = hue_closeness(img, [o.color for o in spec.objects], hue_vivid=hv)
                     dense["color"] = lambda c: near[c.text]  # text: the colour
                 if self.soft_shape:
                     shapes = shape_closeness(found, spec.objects)

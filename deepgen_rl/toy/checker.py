@@ -41,6 +41,9 @@ CLAIM_TYPES = ("color", "shape", "count", "position")
 _PALETTE_HUES = {name: colorsys.rgb_to_hsv(*(c / 255 for c in rgb))[0] * 360 for name, rgb in COLORS.items()}
 
 
+_EIGHT = np.ones((3, 3), dtype=bool)  # 8-connectivity for ndimage.label
+
+
 def _hue_distance(a: float, b: float) -> float:
     d = abs(a - b) % 360
     return min(d, 360 - d)
@@ -97,9 +100,15 @@ def _hue_and_vivid(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hue, (chroma >= MIN_CHROMA) & (sat >= MIN_SATURATION)
 
 
-def color_labels(image: np.ndarray) -> np.ndarray:
+def hue_and_vivid(image) -> tuple[np.ndarray, np.ndarray]:
+    """``_hue_and_vivid`` of a PIL image or uint8 array (64 px, as ``_as_array`` gives): compute it once per image
+    and pass it as ``hue_vivid=`` to ``blobs_with_masks`` and ``hue_closeness``, which both read it."""
+    return _hue_and_vivid(_as_array(image))
+
+
+def color_labels(image: np.ndarray, hue_vivid: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """int8 [H, W]: index into ``list(COLORS)`` of each pixel's colour, −1 for background / unreadable."""
-    hue, vivid = _hue_and_vivid(image)
+    hue, vivid = _hue_and_vivid(image) if hue_vivid is None else hue_vivid
     hues = np.array(list(_PALETTE_HUES.values()), dtype=np.float32)
     dist = np.abs(hue[..., None] - hues)
     dist = np.minimum(dist, 360 - dist)
@@ -141,13 +150,16 @@ def _as_array(image) -> np.ndarray:
     return np.asarray(image)
 
 
-def blobs_with_masks(image) -> list[tuple[Blob, np.ndarray]]:
-    """``find_blobs`` with each blob's boolean mask cropped to its bounding box (what ``classify_shape`` reads)."""
-    labels = color_labels(_as_array(image))
+def blobs_with_masks(image, *, hue_vivid: tuple[np.ndarray, np.ndarray] | None = None
+                     ) -> list[tuple[Blob, np.ndarray]]:
+    """``find_blobs`` with each blob's boolean mask cropped to its bounding box (what ``classify_shape`` reads).
+    ``hue_vivid``: the image's ``hue_and_vivid`` when already computed."""
+    labels = color_labels(None if hue_vivid is not None else _as_array(image), hue_vivid)
     names = list(COLORS)
     out = []
-    for k, name in enumerate(names):
-        comp, n = ndimage.label(labels == k, structure=np.ones((3, 3), dtype=bool))
+    for k in np.flatnonzero(np.bincount(labels.ravel().astype(np.int64) + 1, minlength=len(names) + 1)[1:]):
+        name = names[k]  # only the colours present, in palette order
+        comp, n = ndimage.label(labels == k, structure=_EIGHT)
         for i, sl in enumerate(ndimage.find_objects(comp), start=1):
             mask = comp[sl] == i
             area = int(mask.sum())
@@ -207,7 +219,7 @@ def check_blobs(blobs: list[Blob], spec: Spec | str, *, exclusive: bool = False)
     return CheckResult(tuple(claims), tuple(blobs))
 
 
-def hue_closeness(image, colors) -> dict[str, float]:
+def hue_closeness(image, colors, *, hue_vivid: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
     """How near in hue the image comes to each of ``colors``: a dense companion of the binary colour claim, for the
     reward's ``soft_color`` option (a training signal, not an evaluation claim).
 
@@ -218,9 +230,10 @@ def hue_closeness(image, colors) -> dict[str, float]:
     is no vivid region. So a "red" drawn orange (hue 30°) scores 0.99 and one drawn magenta (303°) 0.82 where the
     binary claim gives 0 to both: among images that all miss a colour, the nearer hue ranks higher. (The samples of
     a held-out pair miss by anything from a neighbouring hue to 150°, hence the ramp over the whole wheel.)
+    ``hue_vivid``: the image's ``hue_and_vivid`` when already computed.
     """
-    hue, vivid = _hue_and_vivid(_as_array(image))
-    comp, _ = ndimage.label(vivid, structure=np.ones((3, 3), dtype=bool))
+    hue, vivid = _hue_and_vivid(_as_array(image)) if hue_vivid is None else hue_vivid
+    comp, _ = ndimage.label(vivid, structure=_EIGHT)
     region_hues = []
     for i, sl in enumerate(ndimage.find_objects(comp), start=1):
         mask = comp[sl] == i

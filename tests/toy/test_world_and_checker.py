@@ -407,3 +407,19 @@ def test_soft_shape_and_soft_position_rewards_add_dense_values_only_to_failing_c
     for name in ("soft_shape", "soft_position"):
         with pytest.raises(ValueError, match=f"{name} must be true or false"):
             get_reward("toy_compositional", **{name: "yes"})
+
+
+def test_precomputed_hue_vivid_gives_the_same_blobs_and_closeness_as_reading_the_image():
+    """The reward reads each image's hue / vivid arrays once and hands them to both readers: the results must be
+    those of reading the image in each (blurred, noisy renders of every kind, so blobs of several colours)."""
+    from deepgen_rl.toy.checker import blobs_with_masks, hue_and_vivid, hue_closeness
+
+    rng = np.random.default_rng(3)
+    for i, spec in enumerate(sample_specs("train", 24, seed=5)):
+        img = render_spec(spec, seed=i).filter(ImageFilter.GaussianBlur(1.0))
+        arr = np.clip(np.asarray(img, dtype=np.float32) + rng.normal(0, 12, (64, 64, 3)), 0, 255).astype(np.uint8)
+        hv = hue_and_vivid(arr)
+        plain, cached = blobs_with_masks(arr), blobs_with_masks(arr, hue_vivid=hv)
+        assert [b for b, _ in plain] == [b for b, _ in cached] and len(plain) >= 1
+        assert all(np.array_equal(m1, m2) for (_, m1), (_, m2) in zip(plain, cached))
+        assert hue_closeness(arr, list(COLORS)) == hue_closeness(arr, list(COLORS), hue_vivid=hv)
