@@ -1,5 +1,6 @@
 """SFT-auxiliary data: an mmengine config of weighted image–caption datasets, an infinite rank-sharded weighted
-sampler, and a loader yielding ``{"pixel_values": FloatTensor[B, 3, S, S] in [0, 1], "texts": list[str]}``.
+sampler, and a loader yielding ``{"pixel_values": FloatTensor[B, 3, S, S] in [0, 1], "texts": list[str],
+"keys": list[(dataset index, record index)]}`` (a key names one image: the SFT term's latent cache is keyed by it).
 
 Config file (an mmengine ``.py`` config, loaded with ``lazy_import=False`` so it may ``import os`` and read env vars)::
 
@@ -232,13 +233,14 @@ class _MixtureDataset(Dataset):
     def __len__(self) -> int:
         return sum(len(r) for r in self.records)
 
-    def __getitem__(self, index: tuple[int, int]) -> tuple[torch.Tensor, str]:
+    def __getitem__(self, index: tuple[int, int]) -> tuple[torch.Tensor, str, tuple[int, int]]:
         path, caption = self.records[index[0]][index[1]]
-        return load_image(path, self.image_size), caption
+        return load_image(path, self.image_size), caption, (int(index[0]), int(index[1]))
 
 
-def _collate(items: list[tuple[torch.Tensor, str]]) -> dict:
-    return {"pixel_values": torch.stack([image for image, _ in items]), "texts": [text for _, text in items]}
+def _collate(items: list[tuple[torch.Tensor, str, tuple[int, int]]]) -> dict:
+    return {"pixel_values": torch.stack([image for image, _, _ in items]), "texts": [text for _, text, _ in items],
+            "keys": [key for _, _, key in items]}
 
 
 class _BatchStream:
@@ -256,7 +258,8 @@ class _BatchStream:
 
 
 class SFTLoader:
-    """Infinite iterable of ``{"pixel_values": FloatTensor[B, 3, S, S] in [0, 1], "texts": list[str]}`` batches.
+    """Infinite iterable of ``{"pixel_values": FloatTensor[B, 3, S, S] in [0, 1], "texts": list[str], "keys":
+    list[tuple[int, int]]}`` batches (key = (dataset index, record index) of each image).
 
     ``state_dict()`` describes exactly the batches yielded so far (not those prefetched by workers); after
     ``load_state_dict`` a new ``iter()`` continues the same stream.

@@ -35,7 +35,8 @@ def drop_captions(texts: list[str], p: float, generator: torch.Generator) -> tup
 
 
 def sft_aux_loss(model, batch: dict, *, transformer=None, generator: torch.Generator,
-                 caption_dropout: float = 0.1) -> tuple[torch.Tensor, dict[str, float]]:
+                 caption_dropout: float = 0.1, latents: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Flow-matching MSE on a batch of real pairs; returns (scalar fp32 loss with grad into the DiT, stats).
 
     ``batch = {"pixel_values": FloatTensor[B, 3, S, S] in [0, 1], "texts": list[str]}``. With x₀ = VAE latents
@@ -43,12 +44,13 @@ def sft_aux_loss(model, batch: dict, *, transformer=None, generator: torch.Gener
     x_σ = (1 − σ)·x₀ + σ·ε, v_θ = model.predict_velocity(x_σ, σ, cond, transformer=transformer) and
     loss = mean over B, C, H, W of (v_θ − (ε − x₀))² in fp32. Captions are replaced by ``""`` with probability
     ``caption_dropout`` before encoding; the frozen prompt encoder runs without grad. All randomness (dropout, σ, ε)
-    comes from ``generator`` (a CPU generator), so a fixed generator state gives a fixed loss.
+    comes from ``generator`` (a CPU generator), so a fixed generator state gives a fixed loss. ``latents``: x₀
+    already encoded (``model.encode_images`` of the batch's images: the posterior mean, so the same x₀ whenever an
+    image is encoded), then the VAE does not run.
     """
-    pixel_values = batch["pixel_values"]
     texts, dropped = drop_captions(list(batch["texts"]), caption_dropout, generator)
     with torch.no_grad():
-        x0 = model.encode_images(pixel_values)
+        x0 = model.encode_images(batch["pixel_values"]) if latents is None else latents
         cond = model.encode_prompts(texts)
     sigma = sample_sigmas(x0.shape[0], float(model.scheduler_shift), generator)
     noise = torch.randn(x0.shape, generator=generator, dtype=torch.float32)
@@ -69,14 +71,26 @@ class SFTAuxiliary:
     ``loss(transformer=None) -> (loss, stats)`` (pass the DeepSpeed-wrapped DiT as ``transformer``);
     ``state_dict()/load_state_dict()`` cover the data position and the noise generator, so a resumed run draws the
     same batches, σ, ε and caption drops.
+
+    Latent cache: the VAE is frozen and x₀ is its posterior mean, so an image's latents never change. Up to
+    ``latent_cache_mb`` MiB of them (fp32, in host memory) are kept by image key and reused when the
+    loader draws the image again; only the batch's other images go through the VAE (one batched encode). Beyond
+    the cap, new images are encoded every time (nothing is evicted). 0 turns the cache off. A cached x₀ equals a
+    fresh one up to float rounding (an encode's result can depend on the batch it runs in).
     """
 
     def __init__(self, config_path: str | os.PathLike, model, *, rank: int, world_size: int, seed: int,
                  micro_batch_size: int | None = None, caption_dropout: float = 0.1,
-                 image_size: int | None = None, num_workers: int | None = None):
+                 image_size: int | None = None, num_workers: int | None = None, latent_cache_mb: float = 0.0):
         if not 0.0 <= caption_dropout <= 1.0:
             raise ValueError(f"caption_dropout must be in [0, 1], got {caption_dropout}")
+        if latent_cache_mb < 0:
+            raise ValueError(f"latent_cache_mb must be >= 0, got {latent_cache_mb}")
         self.model, self.caption_dropout = model, caption_dropout
+        self.latent_cache_bytes = int(latent_cache_mb * 2**20)
+        self._latents: dict[tuple[int, int], torch.Tensor] = {}
+        self._cached_bytes = 0
+        self.cache_hits = self.cache_misses = 0
         self.loader: SFTLoader = build_sft_loader(config_path, rank=rank, world_size=world_size, seed=seed,
                                                   batch_size=micro_batch_size, image_size=image_size,
                                                   num_workers=num_workers)
@@ -95,10 +109,32 @@ class SFTAuxiliary:
             return batch
         return {**batch, "pixel_values": batch["pixel_values"].to(param.device)}
 
+    def _cached_latents(self, batch: dict) -> torch.Tensor | None:
+        """x₀ of the batch from the cache, encoding (and caching, under the cap) the images it lacks."""
+        keys = batch.get("keys")
+        if not self.latent_cache_bytes or keys is None:
+            return None
+        keys = [tuple(k) for k in keys]
+        missing = [i for i, k in enumerate(keys) if k not in self._latents]
+        self.cache_hits += len(keys) - len(missing)
+        self.cache_misses += len(missing)
+        fresh = {}
+        if missing:
+            with torch.no_grad():
+                enc = self.model.encode_images(batch["pixel_values"][missing])
+            for j, i in enumerate(missing):
+                fresh[keys[i]] = enc[j]
+                nbytes = enc[j].numel() * enc[j].element_size()
+                if keys[i] not in self._latents and self._cached_bytes + nbytes <= self.latent_cache_bytes:
+                    self._latents[keys[i]] = enc[j].to("cpu", copy=True)
+                    self._cached_bytes += nbytes
+        device = batch["pixel_values"].device
+        return torch.stack([fresh[k] if k in fresh else self._latents[k].to(device) for k in keys])
+
     def loss(self, transformer=None) -> tuple[torch.Tensor, dict[str, float]]:
         batch = self._device_batch(self.next_batch())
         return sft_aux_loss(self.model, batch, transformer=transformer, generator=self.generator,
-                            caption_dropout=self.caption_dropout)
+                            caption_dropout=self.caption_dropout, latents=self._cached_latents(batch))
 
     def state_dict(self) -> dict:
         return {"loader": self.loader.state_dict(), "generator": self.generator.get_state()}

@@ -182,3 +182,59 @@ def test_auxiliary_resume_reproduces_next_losses(model):
         # a fresh helper does not start from the saved position
         assert SFTAuxiliary(DEMO_CONFIG, model, rank=1, world_size=2, seed=4,
                             micro_batch_size=2).loss()[0].item() != expected[0]
+
+
+def test_latent_cache_reuses_the_vae_and_gives_the_uncached_losses(model):
+    """The cache encodes each image once (counted VAE encodes), gives the losses of encoding every batch (the same
+    σ, ε, drops: only x₀'s source differs), respects its cap, and is off at 0."""
+    encoded = []
+    orig = model.encode_images
+
+    def counting(images, generator=None):
+        encoded.append(images.shape[0])
+        return orig(images, generator=generator)
+
+    def losses(cache_mb, n=8):
+        aux = SFTAuxiliary(DEMO_CONFIG, model, rank=0, world_size=1, seed=2, micro_batch_size=3,
+                           latent_cache_mb=cache_mb)
+        encoded.clear()
+        with torch.no_grad():
+            out = [aux.loss()[0].item() for _ in range(n)]
+        return aux, out, list(encoded)
+
+    model.encode_images = counting
+    try:
+        plain, want, enc_plain = losses(0)
+        cached, got, enc_cached = losses(64)
+        per_image = 16 * 8 * 8 * 4  # the tiny model's fp32 latent of a 64-px demo image: 16 x 8 x 8
+        capped, got_capped, enc_capped = losses(2.5 * per_image / 2**20)
+    finally:
+        del model.encode_images
+    assert enc_plain == [3] * 8  # every batch through the VAE
+    replay = SFTAuxiliary(DEMO_CONFIG, model, rank=0, world_size=1, seed=2, micro_batch_size=3)
+    it = iter(replay.loader)
+    batches = [[tuple(k) for k in next(it)["keys"]] for _ in range(8)]
+
+    def expected_encodes(capacity):
+        """Images a batch must encode: those not kept by an earlier batch; the first `capacity` distinct ones are
+        kept."""
+        kept, counts = [], []
+        for b in batches:
+            counts.append(sum(k not in kept for k in b))
+            for k in b:
+                if k not in kept and len(kept) < capacity:
+                    kept.append(k)
+        return [c for c in counts if c], kept
+
+    distinct = len({k for b in batches for k in b})
+    assert distinct < 24  # the 8 batches draw some images again (else this test shows nothing)
+    assert enc_cached == expected_encodes(10**9)[0] and sum(enc_cached) <= distinct + 2
+    assert cached.cache_misses == sum(enc_cached) and cached.cache_hits == 24 - sum(enc_cached)
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-7)
+    # a cap of 2.5 latents keeps the first 2 distinct images only: every other draw is encoded again
+    want_capped, kept = expected_encodes(2)
+    assert set(capped._latents) == set(kept) and len(kept) == 2 and enc_capped == want_capped
+    assert all(v.shape == (16, 8, 8) and v.dtype == torch.float32 for v in capped._latents.values())
+    assert got_capped == pytest.approx(want, rel=1e-5, abs=1e-7)
+    with pytest.raises(ValueError, match="latent_cache_mb"):
+        SFTAuxiliary(DEMO_CONFIG, model, rank=0, world_size=1, seed=2, latent_cache_mb=-1)
