@@ -16,13 +16,10 @@ export WANDB_MODE="${WANDB_MODE:-offline}" SWANLAB_MODE="${SWANLAB_MODE:-disable
 export DEEPGEN_TINY_DIR="${DEEPGEN_TINY_DIR:-$ROOT/.cache/deepgen_tiny}"
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$ROOT/.cache/torch_extensions}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-# Pinned CPU numerics (deepgen_rl/toy/model.py, "Pinned numerics"): on x86-64 with AVX2, torch's, MKL's and oneDNN's
-# kernels are held to AVX2 on one thread, so that the suite's numbers (the toy model's build, the toy RL test's runs)
-# are the same on every such machine; an AVX-512 machine otherwise trains a different toy model.
-if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-  export ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}" MKL_CBWR="${MKL_CBWR:-AVX2}" \
-    ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
-fi
+# Pinned CPU numerics: the suite's numbers (the toy model's build, the toy RL test's runs) are the same on every
+# x86-64 machine with AVX2.
+# shellcheck source=scripts/utils/pinned_numerics.sh
+. scripts/utils/pinned_numerics.sh
 workers="${DEEPGEN_TEST_WORKERS:-$([ "$#" -eq 0 ] && echo 2 || echo 1)}"
 if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
   echo "scripts/test.sh: DEEPGEN_TEST_WORKERS must be a positive integer, got '$workers'" >&2

@@ -1,0 +1,8 @@
+# Sourced by scripts/test.sh and scripts/toy_prompt_following.sh. Pinned CPU numerics (deepgen_rl/toy/model.py,
+# "Pinned numerics"): on x86-64 with AVX2, torch's, MKL's and oneDNN's kernels are held to AVX2 on one thread, so that
+# the toy model's build and the toy RL runs give the same numbers on every such machine; an AVX-512 machine otherwise
+# trains a different toy model. Values already set in the environment win.
+if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+  export ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}" MKL_CBWR="${MKL_CBWR:-AVX2}" \
+    ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
+fi

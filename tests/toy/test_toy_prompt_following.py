@@ -1,0 +1,57 @@
+"""The toy world's headline claim, end to end through ``bash scripts/toy_prompt_following.sh``: MR-GRPO (cps_sde,
+gdpo; two gloo ranks, an SDE window of one step, ``soft_color``, the SFT anchor, an EMA of the DiT) raises held-out
+strict accuracy by well over 10 points in 90 steps (~10 minutes), and the rise is prompt following. (The issue's
+target is +15 within 15 minutes; this run gives +14.6 at step 90 and +14.0 at step 120: docs/toy_world.md.)
+
+Opt-in (DEEPGEN_TOY_SLOW_TESTS=1; ~10 minutes on an idle 2-core machine plus the `slots` build, ~6 minutes, cached):
+too long for CI, whose toy RL test is tests/toy/test_toy_rl.py. Seed 0, 90 steps, eval every 30 (the evals are the
+run's; fewer of them only save time). Pinned numerics make a two-rank run repeat to the last digit, so the figures
+below are the run's on any x86-64 machine with AVX2 (docs/toy_world.md, "Faster steps and a one-step SDE window").
+
+Asserted at step 90 (64 held-out prompts x 8 images, ODE, fixed seeds), each one-sided exact sign test over the
+prompts whose outcome changed (`deepgen_rl.toy.rl_run.paired_sign_test`) at false-positive rate <= alpha = 0.01:
+  * strict accuracy >= step 0 + 0.12 (a magnitude; measured 0.430 -> 0.576) and per prompt up more than down
+    (p < alpha; measured 38 up / 6 down, p = 4.7e-7);
+  * own - other (a prompt's claim score minus the same images' score on 8 other prompts' claims) up per prompt
+    (p < alpha): a prompt-blind change (brighter, greener, more objects) lifts both terms alike;
+  * the other-prompt score moves by less than 0.02 (it does not learn to satisfy any caption).
+The wall time is printed, not asserted (machines differ).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ALPHA = 0.01
+STEPS = 90
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("DEEPGEN_TOY_SLOW_TESTS") != "1",
+    reason="opt-in (~10 minutes on 2 idle cores, plus the slots build): set DEEPGEN_TOY_SLOW_TESTS=1")
+
+
+@pytest.mark.slow
+def test_headline_run_raises_heldout_strict_accuracy_by_12_points_and_follows_prompts(tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, TOY_SEED="0", TOY_STEPS=str(STEPS), TOY_EVAL_EVERY="30", TOY_OUTPUT_DIR=str(out))
+    t0 = time.time()
+    proc = subprocess.run(["bash", "scripts/toy_prompt_following.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    print(proc.stdout[-2500:])
+    print(f"wall: {(time.time() - t0) / 60:.1f} minutes (build and SFT pairs included when not cached)")
+    rows = {r["step"]: r for r in json.loads((out / "report.json").read_text())}
+    assert sorted(rows) == [0, 30, 60, 90], sorted(rows)
+    first, last = rows[0], rows[STEPS]
+    assert last["strict"]["mean"] >= first["strict"]["mean"] + 0.12, (first["strict"], last["strict"])
+    assert last["strict"]["up"] > last["strict"]["down"] and last["strict"]["p"] < ALPHA, last["strict"]
+    omo = last["own_minus_other"]
+    assert omo["mean"] > first["own_minus_other"]["mean"] and omo["p"] < ALPHA, omo
+    assert abs(last["other"]["mean"] - first["other"]["mean"]) < 0.02, (first["other"], last["other"])
