@@ -7,11 +7,21 @@ import os
 import shlex
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CONFIG = str(ROOT / "configs/models/deepgen_tiny.py")
 DEMO_PROGRAMMATIC = str(ROOT / "assets/rl_datasets/demo/demo_programmatic.yaml")
+
+
+@dataclass
+class RolloutItem:
+    """The PromptItem fields ``deepgen_rl.rollout.rollout()`` reads (what the rollout benches pass it)."""
+    prompt: str
+    dataset: str
+    group_id: int
+    prompt_index: int
 
 
 def setup_env(threads: int) -> None:

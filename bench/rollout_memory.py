@@ -15,23 +15,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import TINY_CONFIG, load_note, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
+from _common import (TINY_CONFIG, RolloutItem, load_note, print_ratio, print_rerun, print_table,  # noqa: E402
+                     setup_env)
 
 TARGET = "<= 1.0"
-
-
-@dataclass
-class Item:
-    """The PromptItem fields ``rollout()`` reads."""
-    prompt: str
-    dataset: str
-    group_id: int
-    prompt_index: int
 
 
 def parse_args(argv=None):
@@ -67,7 +58,8 @@ def main(argv=None) -> int:
     from deepgen_rl.rollout import rollout
 
     model = build_model(TINY_CONFIG, tiny_preset=args.preset)
-    items = [Item(f"a red apple on a table, number {g}", "bench", g, g) for g in range(args.images // args.rollout_n)]
+    items = [RolloutItem(f"a red apple on a table, number {g}", "bench", g, g)
+             for g in range(args.images // args.rollout_n)]
     rows, ratios = [], []
     for size, T in args.configs:
         batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch,

@@ -8,8 +8,9 @@ group's shared x_T: ``share_ode_prefix`` runs them once per group. For each wind
 trainer draws, 0 .. T - 1 - window), the real ``deepgen_rl.rollout.rollout`` generates ``groups x rollout_n`` images
 with sharing on and off, alternating (``--repeats`` rounds, median per arm). Printed per start: the DiT rows
 counted by a wrapper of ``predict_velocity`` (closed form: per micro-batch, s x groups-in-it + (T - s) x its images),
-seconds per rollout of each arm, their ratio, and max |latent difference| between the arms (rounding only). The ratios are the mean over
-starts (each start is equally likely): rows shared / per image (exact) and time shared / per image (measured).
+seconds per rollout of each arm, their ratio, and max |latent difference| between the arms (rounding only). The
+ratios are the mean over starts (each start is equally likely): rows shared / per image (exact) and time shared /
+per image (measured).
 The time saved is less than the rows saved by the VAE decode and the per-step updates, which sharing does not touch.
 
 ``--model toy`` uses the cached ``slots`` toy DeepGen (``python -m deepgen_rl.toy.model --variant slots`` builds it;
@@ -20,21 +21,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import TINY_CONFIG, load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
-
-
-@dataclass
-class Item:
-    """The PromptItem fields ``rollout()`` reads."""
-    prompt: str
-    dataset: str
-    group_id: int
-    prompt_index: int
+from _common import (TINY_CONFIG, RolloutItem, load_note, median, print_ratio, print_rerun,  # noqa: E402
+                     print_table, setup_env)
 
 
 def parse_args(argv=None):
@@ -81,7 +73,7 @@ def main(argv=None) -> int:
     from deepgen_rl.rollout import rollout
 
     model, texts = load_model(args)
-    items = [Item(texts[g % len(texts)], "bench", g, g) for g in range(args.groups)]
+    items = [RolloutItem(texts[g % len(texts)], "bench", g, g) for g in range(args.groups)]
     sigmas = make_sigmas(args.T, model.scheduler_shift)
     rows_seen: list[int] = []
     orig = model.predict_velocity

@@ -126,11 +126,10 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
         mb_traj = torch.empty((len(idx), num_steps + 1, c, h, w), dtype=torch.float32, device=device)
         mb_log_probs = torch.zeros((len(idx), num_steps), dtype=torch.float32, device=device)
         mb_traj[:, 0] = x
-        # one representative row per group of the micro-batch, and each row's representative
-        first: dict[int, int] = {}
-        rep = torch.tensor([first.setdefault(group_ids[i], r) for r, i in enumerate(idx)], device=device)
-        uniq = torch.tensor(sorted(first.values()), device=device)
-        expand = torch.searchsorted(uniq, rep)
+        if prefix:  # the first row of each group in the micro-batch (expand_groups keeps a group's rows together)
+            _, expand, counts = torch.unique_consecutive(
+                torch.tensor([group_ids[i] for i in idx], device=device), return_inverse=True, return_counts=True)
+            uniq = torch.cumsum(counts, 0) - counts
         for t in range(num_steps):
             if t < prefix and len(uniq) < len(idx):
                 sig = torch.full((len(uniq),), sigma_list[t], device=device)

@@ -106,8 +106,9 @@ def hue_and_vivid(image) -> tuple[np.ndarray, np.ndarray]:
     return _hue_and_vivid(_as_array(image))
 
 
-def color_labels(image: np.ndarray, hue_vivid: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """int8 [H, W]: index into ``list(COLORS)`` of each pixel's colour, −1 for background / unreadable."""
+def color_labels(image: np.ndarray | None, hue_vivid: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """int8 [H, W]: index into ``list(COLORS)`` of each pixel's colour, −1 for background / unreadable (``image`` is
+    not read when its ``hue_vivid`` is given)."""
     hue, vivid = _hue_and_vivid(image) if hue_vivid is None else hue_vivid
     hues = np.array(list(_PALETTE_HUES.values()), dtype=np.float32)
     dist = np.abs(hue[..., None] - hues)
@@ -154,7 +155,7 @@ def blobs_with_masks(image, *, hue_vivid: tuple[np.ndarray, np.ndarray] | None =
                      ) -> list[tuple[Blob, np.ndarray]]:
     """``find_blobs`` with each blob's boolean mask cropped to its bounding box (what ``classify_shape`` reads).
     ``hue_vivid``: the image's ``hue_and_vivid`` when already computed."""
-    labels = color_labels(None if hue_vivid is not None else _as_array(image), hue_vivid)
+    labels = color_labels(None, hue_vivid if hue_vivid is not None else hue_and_vivid(image))
     names = list(COLORS)
     out = []
     for k in np.flatnonzero(np.bincount(labels.ravel().astype(np.int64) + 1, minlength=len(names) + 1)[1:]):
@@ -232,7 +233,7 @@ def hue_closeness(image, colors, *, hue_vivid: tuple[np.ndarray, np.ndarray] | N
     a held-out pair miss by anything from a neighbouring hue to 150°, hence the ramp over the whole wheel.)
     ``hue_vivid``: the image's ``hue_and_vivid`` when already computed.
     """
-    hue, vivid = _hue_and_vivid(_as_array(image)) if hue_vivid is None else hue_vivid
+    hue, vivid = hue_vivid if hue_vivid is not None else hue_and_vivid(image)
     comp, _ = ndimage.label(vivid, structure=_EIGHT)
     region_hues = []
     for i, sl in enumerate(ndimage.find_objects(comp), start=1):
