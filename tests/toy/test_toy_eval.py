@@ -84,3 +84,50 @@ def test_quickstart_report_reads_the_reward_option_from_the_checkpoint(tmp_path)
                              ('{"toy_compositional": {"exclusive": false}}', False)):
         (tmp_path / "training_args.json").write_text(json.dumps({"reward_kwargs": kwargs, "learning_rate": 1e-4}))
         assert _trained_exclusive(tmp_path) is expected
+
+
+def test_eval_cli_use_ema_loads_the_checkpoints_ema_weights(tmp_path):
+    """``--use_ema`` evaluates ``ema_dit.safetensors`` (parameters only; buffers stay as built), refuses a checkpoint
+    without one, an EMA that lacks a parameter, and a missing ``--checkpoint``."""
+    import torch
+    from safetensors.torch import save_file
+
+    from deepgen_rl.models import build_model
+    from deepgen_rl.toy.eval_cli import load_ema_dit, main
+
+    tiny = str(ROOT / "configs/models/deepgen_tiny.py")
+    built = build_model(tiny).transformer
+    params = {k: v.detach().clone().contiguous() for k, v in built.named_parameters()}
+    buffers = {k: v.clone() for k, v in built.named_buffers()}
+    ckpt = tmp_path / "checkpoint-3"
+    ckpt.mkdir()
+    save_file({k: v + 1.0 for k, v in params.items()}, str(ckpt / "dit.safetensors"))
+    save_file({k: v - 2.0 for k, v in params.items()}, str(ckpt / "ema_dit.safetensors"))
+    (ckpt / "checkpoint_meta.json").write_text(json.dumps(
+        {"format": "deepgen_rl.checkpoint.v1", "global_step": 3, "zero_stage": 0, "world_size": 1, "has_ema": True}))
+
+    model = build_model(tiny)
+    load_ema_dit(model, str(ckpt))
+    got = dict(model.transformer.named_parameters())
+    assert all(torch.equal(got[k], params[k] - 2.0) for k in params)
+    assert all(torch.equal(b, buffers[k]) for k, b in model.transformer.named_buffers())
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "a red circle"}) + "\n")
+    (tmp_path / "eval.yaml").write_text(
+        "datasets:\n  - name: toy_small\n    path: p.jsonl\n    cfg_scale: 0\n    num_inference_steps: 2\n"
+        "    duplicates: 1\n    scoring: toy\n")
+    common = ["--model_config", tiny, "--eval_dataset_config", str(tmp_path / "eval.yaml")]
+    assert main(["--output_dir", str(tmp_path / "out"), "--checkpoint", str(ckpt), "--use_ema"] + common) == 0
+    assert json.loads((tmp_path / "out/step_0/toy_summary.json").read_text())["toy_small"]["num_images"] == 1
+
+    with pytest.raises(SystemExit) as e:
+        main(["--output_dir", str(tmp_path / "o2"), "--use_ema"] + common)
+    assert e.value.code == 2
+    (ckpt / "ema_dit.safetensors").unlink()
+    with pytest.raises(SystemExit):
+        main(["--output_dir", str(tmp_path / "o3"), "--checkpoint", str(ckpt), "--use_ema"] + common)
+    first = sorted(params)[0]
+    save_file({k: v for k, v in params.items() if k != first}, str(ckpt / "ema_dit.safetensors"))
+    with pytest.raises(ValueError, match="missing"):
+        load_ema_dit(build_model(tiny), str(ckpt))
