@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The toy world's headline run (docs/toy_world.md, "Faster steps and a one-step SDE window"): MR-GRPO (cps_sde,
-# gdpo) on the `slots` toy DeepGen, two ranks (torchrun + gloo, one CPU thread each), 1,024 images per step, an SDE
-# window of one step, the SFT anchor, the `soft_color` reward and an EMA of the DiT evaluated on the 64 held-out
-# prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps; then prints the run's held-out statistics
+# The toy world's headline run (docs/toy_world.md, "Faster steps and a one-step SDE window" and "Looking for the
+# plateau's cause"): MR-GRPO (cps_sde, gdpo) on the `slots` toy DeepGen, two ranks (torchrun + gloo, one CPU thread
+# each), 1,024 images per step, an SDE window of one step, the SFT anchor (lambda 0.001), the `soft_color` reward
+# and an EMA of the DiT evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY
+# steps; then prints the run's held-out statistics
 # (python -m deepgen_rl.toy.run_report: strict accuracy, claim scores and per-prompt sign tests vs step 0, minutes
 # from launch). About 140 steps fit in 15 minutes on an idle 2-core machine (measured 5.7-6.3 s per step).
 #   1. builds/reuses .venv and the `slots` toy model (built once, announced: ~6 minutes on one core)
@@ -45,7 +46,7 @@ NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
   --rollout_global_batch_size 1024 --num_inference_steps 8 --image_height 64 --image_width 64 \
   --learning_rate 3e-4 --warmup_steps 0 --clip_range 0.2 --beta 0 --sde_eta 0.7 --sde_window_size 1 \
   --reward_kwargs '{"toy_compositional": {"exclusive": true, "soft_color": true}}' --skip_zero_advantage true \
-  --sftaux_coef 0.003 --sftaux_micro_batch_size 128 --ema_decay 0.95 --gradient_checkpointing false \
+  --sftaux_coef 0.001 --sftaux_micro_batch_size 128 --ema_decay 0.95 --gradient_checkpointing false \
   --eval_judge false --eval_at_start true --eval_freq "$EVAL_EVERY" --max_steps "$STEPS" --save_steps "$STEPS" \
   --save_total_limit 1 --log_images_every 0 --reward_workers 2 --seed "$SEED" "$@" > "$OUT/train.log" 2>&1 \
   || { echo "[toy] training failed; the last lines of $OUT/train.log:" >&2; tail -n 30 "$OUT/train.log" >&2; exit 1; }
