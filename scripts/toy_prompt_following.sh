@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The toy world's headline run (docs/toy_world.md, "Faster steps and a one-step SDE window" and "Looking for the
-# plateau's cause"): MR-GRPO (cps_sde, gdpo) on the `slots` toy DeepGen, two ranks (torchrun + gloo, one CPU thread
-# each), 1,024 images per step, an SDE window of one step, the SFT anchor (lambda 0.001), the `soft_color` reward
-# and an EMA of the DiT evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY
-# steps; then prints the run's held-out statistics
+# The toy world's headline run (docs/toy_world.md, "Faster steps and a one-step SDE window" and "Counting too"):
+# MR-GRPO (cps_sde, gdpo) on the `slots` toy DeepGen, two ranks (torchrun + gloo, one CPU thread each), 1,024 images
+# per step from the mixture assets/rl_datasets/toy/toy_rl_mix.yaml (3/4 held-out relations, 1/4 train-split count and
+# region captions), an SDE window of one step, the SFT anchor (lambda 0.001), the `soft_color` reward and an EMA of
+# the DiT evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps; then
+# prints the run's held-out statistics
 # (python -m deepgen_rl.toy.run_report: strict accuracy, claim scores and per-prompt sign tests vs step 0, minutes
 # from launch). About 140 steps fit in 15 minutes on an idle 2-core machine (measured 5.7-6.3 s per step).
-#   1. builds/reuses .venv and the `slots` toy model (built once, announced: ~6 minutes on one core)
-#   2. writes the SFT anchor's 4,096 train-split pairs (slots layout) to $OUT/sftaux
-#   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer)
+#   1. builds/reuses .venv and the toy model (built once, announced: ~6 minutes on one core)
+#   2. writes the SFT anchor's 4,096 train-split pairs (the variant's layout) to $OUT/sftaux
+#   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer and
+#      override these; e.g. --dataset_config assets/rl_datasets/toy/toy_rl.yaml trains on the held-out relations only)
 # Env: TOY_SEED (0), TOY_STEPS (140), TOY_EVAL_EVERY (10), TOY_OUTPUT_DIR (outputs/toy_prompt_following_seed$TOY_SEED),
-# NGPUS (2: one rank per core). Numerics are pinned as in scripts/test.sh, so a run repeats to the last digit.
+# TOY_VARIANT (slots: a name of deepgen_rl.toy.model.VARIANTS), NGPUS (2: one rank per core). Numerics are pinned as
+# in scripts/test.sh, so a run repeats to the last digit.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-export DEEPGEN_TOY_VARIANT=slots
+export DEEPGEN_TOY_VARIANT="${TOY_VARIANT:-slots}"
 export OMP_NUM_THREADS=1
 # shellcheck source=scripts/quickstart_env.sh
 . scripts/quickstart_env.sh
@@ -33,14 +36,14 @@ for v in SEED STEPS EVAL_EVERY; do
   fi
 done
 
-python -c "from deepgen_rl.toy.model import ensure_toy_deepgen; print('[toy] slots model ready in', ensure_toy_deepgen(variant='slots')['root'])"
+python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, toy_variant; v = toy_variant(); print(f'[toy] {v} model ready in', ensure_toy_deepgen(variant=v)['root'])"
 rm -rf "$OUT"
 mkdir -p "$OUT"
-python -m deepgen_rl.toy.sftaux --variant slots --n 4096 --out "$OUT/sftaux" > /dev/null
+python -m deepgen_rl.toy.sftaux --variant "$DEEPGEN_TOY_VARIANT" --n 4096 --out "$OUT/sftaux" > /dev/null
 t0=$(date +%s)
 echo "[toy] training $STEPS steps on ${NGPUS:-2} ranks, seed $SEED: $OUT (log: $OUT/train.log)"
 NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
-  DATASET_CONFIG=assets/rl_datasets/toy/toy_rl.yaml EVAL_DATASET_CONFIG=tests/toy/eval_toy_heldout.yaml \
+  DATASET_CONFIG=assets/rl_datasets/toy/toy_rl_mix.yaml EVAL_DATASET_CONFIG=tests/toy/eval_toy_heldout.yaml \
   SFTAUX_DATASET_CONFIG="$OUT/sftaux/toy_sftaux.py" OUTPUT_DIR="$OUT" \
   bash scripts/train.sh --rollout_n 8 --rollout_micro_batch_size 64 --atrain_micro_batch_size 64 \
   --rollout_global_batch_size 1024 --num_inference_steps 8 --image_height 64 --image_width 64 \

@@ -3,6 +3,8 @@
   eval/heldout.jsonl   ``EVAL_HELDOUT`` held-out-split captions (fixed seed): the RL proof's and quickstart's eval set
   eval/train.jsonl     ``EVAL_TRAIN`` train-split captions: how well pre-training itself went
   rl_prompts.jsonl     every other held-out-split caption: the RL training prompts (disjoint from eval/heldout)
+  rl_train_count_region.jsonl  every train-split count and region caption: the second dataset of ``toy_rl_mix.yaml``
+                       (the headline run's mixture; the held-out split's count and region captions are all in the eval)
 
 Every record is ``{"prompt": caption, "spec": Spec.to_dict()}``; the reward re-parses the caption (the spec is there
 for readers). Held-out captions contain a colour–shape pair that pre-training never showed; RL sees some of those
@@ -36,6 +38,10 @@ def rl_specs() -> list[Spec]:
     return [s for s in split_specs("held_out") if s not in held]
 
 
+def rl_train_count_region_specs() -> list[Spec]:
+    return [s for s in split_specs("train") if s.kind in ("count", "region")]
+
+
 def records(specs: list[Spec]) -> str:
     return "".join(json.dumps({"prompt": caption(s), "spec": s.to_dict()}) + "\n" for s in specs)
 
@@ -43,7 +49,8 @@ def records(specs: list[Spec]) -> str:
 def files() -> dict[str, str]:
     """Relative path -> content of every generated prompt file."""
     return {"eval/heldout.jsonl": records(eval_heldout_specs()), "eval/train.jsonl": records(eval_train_specs()),
-            "rl_prompts.jsonl": records(rl_specs())}
+            "rl_prompts.jsonl": records(rl_specs()),
+            "rl_train_count_region.jsonl": records(rl_train_count_region_specs())}
 
 
 def main(argv=None) -> int:

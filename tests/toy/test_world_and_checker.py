@@ -45,6 +45,39 @@ def test_splits_hold_out_colour_shape_pairs():
     assert a == b and len(set(a)) == 40 and all(s.held_out for s in a)
 
 
+def test_committed_prompt_files_are_the_generators_and_rl_never_sees_an_eval_caption():
+    """assets/rl_datasets/toy/* equal ``python -m deepgen_rl.toy.datasets``'s output; the RL prompt files hold no
+    held-out eval caption; the held-out RL relations all carry a held-out colour-shape pair and the count / region
+    mixture none (it is train-split, so it may share captions with eval/train.jsonl, the pre-training check)."""
+    import json
+    from pathlib import Path
+
+    from deepgen_rl.toy.datasets import ROOT, files
+
+    generated = files()
+    assert sorted(generated) == sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.jsonl"))
+    for rel, text in generated.items():
+        assert (Path(ROOT) / rel).read_text(encoding="utf-8") == text, rel
+
+    def specs(rel):
+        return [parse_caption(json.loads(line)["prompt"]) for line in generated[rel].splitlines()]
+
+    held = set(specs("eval/heldout.jsonl"))
+    rl, mix = specs("rl_prompts.jsonl"), specs("rl_train_count_region.jsonl")
+    assert len(held) == 64 and not held & (set(rl) | set(mix))
+    assert set(rl) | held == set(split_specs("held_out"))
+    assert all(s.kind == "relation" and s.pairs() & HELD_OUT_PAIRS for s in rl) and len(rl) == 396
+    assert {s.kind for s in mix} == {"count", "region"} and not any(s.pairs() & HELD_OUT_PAIRS for s in mix)
+    assert len(mix) == sum(s.kind in ("count", "region") for s in split_specs("train"))
+    # the headline run's mixture reads both files: 3/4 of the prompts from the held-out relations, 1/4 from the mix
+    from deepgen_rl.data.prompts import load_train_config
+
+    cfg = load_train_config(ROOT / "toy_rl_mix.yaml")
+    assert [(len(d), d.reward_weights) for d in cfg.datasets] == [(396, {"toy_compositional": 1.0}),
+                                                                 (len(mix), {"toy_compositional": 1.0})]
+    assert cfg.dataset_probabilities().tolist() == [0.75, 0.25]
+
+
 def test_render_is_deterministic_and_layout_honours_positions():
     spec = parse_caption("a red circle left of a blue square")
     assert np.array_equal(np.asarray(render_spec(spec, 3)), np.asarray(render_spec(spec, 3)))
