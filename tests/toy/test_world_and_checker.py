@@ -50,14 +50,13 @@ def test_committed_prompt_files_are_the_generators_and_rl_never_sees_an_eval_cap
     held-out eval caption; the held-out RL relations all carry a held-out colour-shape pair and the count / region
     mixture none (it is train-split, so it may share captions with eval/train.jsonl, the pre-training check)."""
     import json
-    from pathlib import Path
 
     from deepgen_rl.toy.datasets import ROOT, files
 
     generated = files()
     assert sorted(generated) == sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.jsonl"))
     for rel, text in generated.items():
-        assert (Path(ROOT) / rel).read_text(encoding="utf-8") == text, rel
+        assert (ROOT / rel).read_text(encoding="utf-8") == text, rel
 
     def specs(rel):
         return [parse_caption(json.loads(line)["prompt"]) for line in generated[rel].splitlines()]
