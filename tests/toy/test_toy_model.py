@@ -10,6 +10,7 @@ import torch
 
 from deepgen_rl.toy.datasets import eval_heldout_specs, eval_train_specs
 from deepgen_rl.toy.evaluate import check_images, summarize
+from deepgen_rl.toy.model import VARIANT_NAMES
 from deepgen_rl.toy.sampling import evaluate_prompts
 from deepgen_rl.toy.world import caption
 
@@ -141,6 +142,25 @@ def test_toy_build_ema_is_the_closed_form_of_the_trained_weights(tmp_path):
     assert not torch.equal(w1[key], w0["proj_out.weight"])  # the step moved it
     for k in (key, "transformer.pos_embed.proj.weight", "transformer.transformer_blocks.0.attn.to_q.weight"):
         torch.testing.assert_close(ema[k], 0.75 * w0[k[len("transformer."):]] + 0.25 * w1[k], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", VARIANT_NAMES)
+def test_every_variants_dit_maps_its_latents_and_a_context_of_its_width(name):
+    """Without a build: each variant's DiT, as the build creates it, takes the VAE's 16-channel latents and a context
+    of its joint_attention_dim and returns a finite velocity of the latents' shape (a width that does not match the
+    attention heads, e.g. caption_projection_dim 64 with 3 heads of 32, fails here instead of minutes into a build)."""
+    from deepgen_rl.toy.model import random_toy_dit, variant_config
+
+    cfg = variant_config(name)
+    torch.manual_seed(0)
+    dit = random_toy_dit(cfg).eval()
+    side = 64 // 2 ** (len(cfg["vae"]["block_out_channels"]) - 1)
+    x = torch.randn(2, 16, side, side)
+    ctx = torch.randn(2, 5, cfg["dit"]["joint_attention_dim"])
+    with torch.no_grad():
+        v = dit(hidden_states=x, encoder_hidden_states=ctx, pooled_projections=torch.randn(2, cfg["dit"][
+            "pooled_projection_dim"]), timestep=torch.tensor([10.0, 900.0])).sample
+    assert v.shape == x.shape and torch.isfinite(v).all()
 
 
 @pytest.mark.parametrize("mode", ["random", "slots"])
