@@ -35,6 +35,8 @@ for v in SEED STEPS EVAL_EVERY; do
     exit 2
   fi
 done
+python -c "import sys; from deepgen_rl.toy.model import VARIANT_NAMES as n; v = sys.argv[1]; sys.exit(None if v in n else \
+f'scripts/toy_prompt_following.sh: TOY_VARIANT must be a toy variant, one of {\", \".join(n)}; got {v!r}')" "$DEEPGEN_TOY_VARIANT"
 
 python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, toy_variant; v = toy_variant(); print(f'[toy] {v} model ready in', ensure_toy_deepgen(variant=v)['root'])"
 rm -rf "$OUT"
