@@ -166,6 +166,13 @@ def _expected_keys(model_keys: Iterable[str], dit_only: bool) -> set[str]:
     return {k for k in model_keys if is_sft_key(k) and (not dit_only or k.startswith("transformer."))}
 
 
+def shape_mismatches(state: Mapping[str, torch.Tensor], own: Mapping[str, torch.Tensor]) -> list[str]:
+    """``"key: checkpoint (shape) vs model (shape)"`` for every key of ``state`` that ``own`` holds with another
+    shape (keys ``own`` lacks are the caller's to report)."""
+    return [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+            for k, v in state.items() if k in own and v.shape != own[k].shape]
+
+
 def load_checkpoint(model: nn.Module, path: str) -> LoadReport:
     """Load ``path`` into ``model`` (strict on unknown keys and shapes, logs what is missing).
 
@@ -179,8 +186,7 @@ def load_checkpoint(model: nn.Module, path: str) -> LoadReport:
         hint = " (the checkpoint has a VLM LoRA: set lora_rank in the model config)" if any(
             ".lora_" in k for k in unexpected) else ""
         raise CheckpointKeyError(f"{path}: {len(unexpected)} unexpected key(s){hint}: {sorted(unexpected)[:10]}")
-    bad_shapes = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-                  for k, v in mapped.items() if v.shape != own[k].shape]
+    bad_shapes = shape_mismatches(mapped, own)
     if bad_shapes:
         raise CheckpointKeyError(f"{path}: shape mismatch: {bad_shapes[:10]}")
     model.load_state_dict(mapped, strict=False)

@@ -88,16 +88,19 @@ class CheckResult:
 
 
 def _hue_and_vivid(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pixel: hue in degrees [0, 360), and whether it is vivid enough to carry a colour (step 1's chroma and
-    saturation thresholds)."""
+    """Per pixel: whether it is vivid enough to carry a colour (step 1's chroma and saturation thresholds), and its
+    hue in degrees [0, 360) where it is (0 elsewhere: nothing reads the hue of a pixel that is not vivid, and skipping
+    the background cuts the reward's reading of a 64-px image from ~0.77 to ~0.54 ms)."""
     rgb = image.astype(np.float32)
     mx, mn = rgb.max(-1), rgb.min(-1)
     chroma = mx - mn
     sat = chroma / np.maximum(mx, 1.0)
-    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-    safe = np.maximum(chroma, 1e-6)
-    hue = np.where(mx == r, ((g - b) / safe) % 6, np.where(mx == g, (b - r) / safe + 2, (r - g) / safe + 4)) * 60
-    return hue, (chroma >= MIN_CHROMA) & (sat >= MIN_SATURATION)
+    vivid = (chroma >= MIN_CHROMA) & (sat >= MIN_SATURATION)
+    hue = np.zeros(mx.shape, dtype=np.float32)
+    px, m, c = rgb[vivid], mx[vivid], chroma[vivid]  # c >= MIN_CHROMA > 0: no division by zero
+    r, g, b = px[:, 0], px[:, 1], px[:, 2]
+    hue[vivid] = np.where(m == r, ((g - b) / c) % 6, np.where(m == g, (b - r) / c + 2, (r - g) / c + 4)) * 60
+    return hue, vivid
 
 
 def hue_and_vivid(image) -> tuple[np.ndarray, np.ndarray]:
@@ -111,11 +114,11 @@ def color_labels(image: np.ndarray | None, hue_vivid: tuple[np.ndarray, np.ndarr
     not read when its ``hue_vivid`` is given)."""
     hue, vivid = _hue_and_vivid(image) if hue_vivid is None else hue_vivid
     hues = np.array(list(_PALETTE_HUES.values()), dtype=np.float32)
-    dist = np.abs(hue[..., None] - hues)
+    dist = np.abs(hue[vivid][:, None] - hues)  # only vivid pixels get a colour
     dist = np.minimum(dist, 360 - dist)
-    best = dist.argmin(-1)
-    ok = vivid & (dist.min(-1) <= MAX_HUE_DISTANCE)
-    return np.where(ok, best, -1).astype(np.int8)
+    labels = np.full(vivid.shape, -1, dtype=np.int8)
+    labels[vivid] = np.where(dist.min(-1) <= MAX_HUE_DISTANCE, dist.argmin(-1), -1)
+    return labels
 
 
 TRIANGLE_CY, TRIANGLE_FILL, SQUARE_CORNERS = 0.57, 0.6, 0.45

@@ -59,6 +59,7 @@ def load_ema_dit(model, checkpoint_dir: str) -> None:
     """Put the EMA weights of RL checkpoint ``checkpoint_dir`` into ``model.transformer``: every parameter must be
     there with its shape (buffers such as the positional table are not part of the EMA and stay as built)."""
     from deepgen_rl.checkpoints.rl_format import load_dit_state_dict
+    from deepgen_rl.checkpoints.sft import shape_mismatches
 
     state = load_dit_state_dict(checkpoint_dir, use_ema=True)
     dit = model.transformer
@@ -68,8 +69,7 @@ def load_ema_dit(model, checkpoint_dir: str) -> None:
     if missing or unexpected:
         raise ValueError(f"{checkpoint_dir}: the EMA does not match the DiT: missing {missing[:5]}, unexpected "
                          f"{unexpected[:5]}")
-    bad = [f"{k}: {tuple(v.shape)} vs {tuple(params[k].shape)}" for k, v in state.items()
-           if k in params and v.shape != params[k].shape]
+    bad = shape_mismatches(state, params)
     if bad:
         raise ValueError(f"{checkpoint_dir}: EMA shape mismatch: {bad[:5]}")
     dit.load_state_dict(state, strict=False)

@@ -131,3 +131,6 @@ def test_eval_cli_use_ema_loads_the_checkpoints_ema_weights(tmp_path):
     save_file({k: v for k, v in params.items() if k != first}, str(ckpt / "ema_dit.safetensors"))
     with pytest.raises(ValueError, match="missing"):
         load_ema_dit(build_model(tiny), str(ckpt))
+    save_file({k: (v[:1] if k == first else v) for k, v in params.items()}, str(ckpt / "ema_dit.safetensors"))
+    with pytest.raises(ValueError, match=f"shape mismatch: .*{first}: checkpoint "):
+        load_ema_dit(build_model(tiny), str(ckpt))

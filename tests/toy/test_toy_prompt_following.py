@@ -1,24 +1,23 @@
-"""The toy world's headline claim, end to end through ``bash scripts/toy_prompt_following.sh``: MR-GRPO (cps_sde,
-gdpo; two gloo ranks, an SDE window of one step, ``soft_color``, the SFT anchor, an EMA of the DiT, RL prompts mixing
-held-out relations with train-split count and region captions) on the ``slots_wide`` toy model raises held-out strict
-accuracy by well over 10 points in 90 steps (~13 minutes), and the rise is prompt following. (The issue's target is
-+15 within 15 minutes; this seed gives +15.8 at step 75 (10.7 minutes), +14.2 at step 90 (12.8) and +17.9 at step
-105 (14.9): docs/toy_world.md, "Reliability".)
+"""The toy world's headline claim, end to end through ``bash scripts/toy_prompt_following.sh`` with its defaults:
+MR-GRPO (cps_sde, gdpo; two gloo ranks, an SDE window of one step, ``soft_color``, the SFT anchor, an EMA of the DiT,
+RL prompts mixing held-out relations with train-split count and region captions) on the ``slots_wide`` toy model
+raises held-out strict accuracy by at least 15 points at its last eval, step 105 (~15 minutes on 2 cores: the
+issue's target), and the rise is prompt following.
 
-Opt-in (DEEPGEN_TOY_SLOW_TESTS=1; ~13 minutes on an idle 2-core machine plus the `slots_wide` build, ~8 minutes,
-cached): too long for CI, whose toy RL test is tests/toy/test_toy_rl.py. Seed 0, 90 steps, eval every 30 (the evals
-are the run's; fewer of them only save time). Pinned numerics make a two-rank run repeat to the last digit, so the
-figures below are the run's on any x86-64 machine with AVX2 (docs/toy_world.md, "Reliability").
+Opt-in (DEEPGEN_TOY_SLOW_TESTS=1; ~15 minutes on an idle 2-core machine plus the `slots_wide` build, ~8 minutes,
+cached): too long for CI, whose toy RL test is tests/toy/test_toy_rl.py. Seed 0, the script's defaults (105 steps,
+evals at steps 0, 35, 70 and 105). Pinned numerics make a two-rank run repeat to the last digit, so the figures below
+are the run's on any x86-64 machine with AVX2 (docs/toy_world.md, "Reliability").
 
-Asserted at step 90 (64 held-out prompts x 8 images, ODE, fixed seeds), each one-sided exact sign test over the
+Asserted at step 105 (64 held-out prompts x 8 images, ODE, fixed seeds), each one-sided exact sign test over the
 prompts whose outcome changed (`deepgen_rl.toy.rl_run.paired_sign_test`) at false-positive rate <= alpha = 0.01:
-  * strict accuracy >= step 0 + 0.12 (a magnitude; measured 0.342 -> 0.484) and per prompt up more than down
-    (p < alpha; measured 33 up / 11 down, p = 6.3e-4);
+  * strict accuracy >= step 0 + 0.15 (the issue's target, a magnitude; measured 0.342 -> 0.521) and per prompt up
+    more than down (p < alpha; measured 37 up / 10 down, p = 4.9e-5);
   * own - other (a prompt's claim score minus the same images' score on 8 other prompts' claims) up per prompt
-    (p < alpha; measured 0.430 -> 0.576, 55 up / 9 down, p = 1.8e-9): a prompt-blind change (brighter, greener,
+    (p < alpha; measured 0.430 -> 0.599, 57 up / 7 down, p = 3.8e-11): a prompt-blind change (brighter, greener,
     more objects) lifts both terms alike;
   * the other-prompt score moves by less than 0.02 (it does not learn to satisfy any caption; measured 0.219 ->
-    0.220).
+    0.218).
 The wall time is printed, not asserted (machines differ).
 """
 
@@ -34,17 +33,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHA = 0.01
-STEPS = 90
+STEPS = 105
+EVALS = [0, 35, 70, 105]
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("DEEPGEN_TOY_SLOW_TESTS") != "1",
-    reason="opt-in (~13 minutes on 2 idle cores, plus the slots_wide build): set DEEPGEN_TOY_SLOW_TESTS=1")
+    reason="opt-in (~15 minutes on 2 idle cores, plus the slots_wide build): set DEEPGEN_TOY_SLOW_TESTS=1")
 
 
 @pytest.mark.slow
-def test_headline_run_raises_heldout_strict_accuracy_by_12_points_and_follows_prompts(tmp_path):
+def test_headline_run_raises_heldout_strict_accuracy_by_15_points_and_follows_prompts(tmp_path):
     out = tmp_path / "run"
-    env = dict(os.environ, TOY_SEED="0", TOY_STEPS=str(STEPS), TOY_EVAL_EVERY="30", TOY_OUTPUT_DIR=str(out))
+    env = {k: v for k, v in os.environ.items() if k not in ("TOY_STEPS", "TOY_EVAL_EVERY", "TOY_VARIANT", "NGPUS")}
+    env.update(TOY_SEED="0", TOY_OUTPUT_DIR=str(out))  # the script's defaults, as a user runs it
     t0 = time.time()
     proc = subprocess.run(["bash", "scripts/toy_prompt_following.sh"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=3600)
@@ -52,9 +53,9 @@ def test_headline_run_raises_heldout_strict_accuracy_by_12_points_and_follows_pr
     print(proc.stdout[-2500:])
     print(f"wall: {(time.time() - t0) / 60:.1f} minutes (build and SFT pairs included when not cached)")
     rows = {r["step"]: r for r in json.loads((out / "report.json").read_text())}
-    assert sorted(rows) == [0, 30, 60, 90], sorted(rows)
+    assert sorted(rows) == EVALS, sorted(rows)
     first, last = rows[0], rows[STEPS]
-    assert last["strict"]["mean"] >= first["strict"]["mean"] + 0.12, (first["strict"], last["strict"])
+    assert last["strict"]["mean"] >= first["strict"]["mean"] + 0.15, (first["strict"], last["strict"])
     assert last["strict"]["up"] > last["strict"]["down"] and last["strict"]["p"] < ALPHA, last["strict"]
     omo = last["own_minus_other"]
     assert omo["mean"] > first["own_minus_other"]["mean"] and omo["p"] < ALPHA, omo

@@ -455,3 +455,42 @@ def test_precomputed_hue_vivid_gives_the_same_blobs_and_closeness_as_reading_the
         assert [b for b, _ in plain] == [b for b, _ in cached] and len(plain) >= 1
         assert all(np.array_equal(m1, m2) for (_, m1), (_, m2) in zip(plain, cached))
         assert hue_closeness(arr, list(COLORS)) == hue_closeness(arr, list(COLORS), hue_vivid=hv)
+
+
+def test_vivid_pixels_hue_and_colour_label_agree_with_colorsys():
+    """Step 1 of the checker, pixel by pixel, against an independent reading (colorsys): a pixel is vivid iff its
+    chroma is >= 60 and its saturation >= 0.4; a vivid pixel's hue is colorsys's (to float32 rounding) and its label
+    is the palette colour of nearest hue within 28 degrees, else -1; a pixel that is not vivid is labelled -1 (the
+    checker computes hues for vivid pixels only)."""
+    import colorsys
+
+    from deepgen_rl.toy.checker import MAX_HUE_DISTANCE, color_labels, hue_and_vivid
+
+    rng = np.random.default_rng(11)
+    arr = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    arr[:16] = rng.integers(200, 256, (16, 64, 3), dtype=np.uint8)  # pale rows: mostly not vivid
+    hue, vivid = hue_and_vivid(arr)
+    labels = color_labels(arr)
+    names = list(COLORS)
+    palette = np.array([_palette_hue(n) for n in names])
+    checked = 0
+    for (y, x), px in np.ndenumerate(arr[..., 0]):
+        r, g, b = (int(v) for v in arr[y, x])
+        h, s, v = colorsys.rgb_to_hsv(r / 255, g / 255, b / 255)
+        chroma = max(r, g, b) - min(r, g, b)
+        if abs(s - 0.4) < 1e-6:
+            continue  # saturation on the threshold: float32 rounding may go either way
+        expect_vivid = chroma >= 60 and s >= 0.4
+        assert bool(vivid[y, x]) == expect_vivid, (r, g, b)
+        if not expect_vivid:
+            assert labels[y, x] == -1
+            continue
+        hd = h * 360
+        assert min(abs(hue[y, x] - hd), 360 - abs(hue[y, x] - hd)) < 1e-3, (r, g, b, hue[y, x], hd)
+        d = np.abs(palette - hd)
+        d = np.minimum(d, 360 - d)
+        if abs(d.min() - MAX_HUE_DISTANCE) < 1e-3 or np.sort(d)[1] - d.min() < 1e-3:
+            continue  # on a boundary: float32 rounding may go either way
+        assert labels[y, x] == (int(d.argmin()) if d.min() <= MAX_HUE_DISTANCE else -1), (r, g, b)
+        checked += 1
+    assert checked > 1500 and (~vivid).sum() > 500, (checked, (~vivid).sum())
