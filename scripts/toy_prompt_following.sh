@@ -6,13 +6,14 @@
 # `soft_color` reward and an EMA of the DiT evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds)
 # every TOY_EVAL_EVERY steps; then prints the run's held-out statistics (python -m deepgen_rl.toy.run_report: strict
 # accuracy, claim scores and per-prompt sign tests vs step 0, minutes from launch). The headline figure is the last
-# eval's (step 105), not the best eval's. 105 steps take 14.4-15.3 minutes from launch on an idle 2-core machine with
-# an eval every 15 steps (7.8-8.3 s per step); each eval takes ~5 s, so the default is one every 35.
+# eval's (step 100), not the best eval's. 100 steps with an eval every 25 took 14.4-14.8 minutes from launch on an
+# idle 2-core machine (8.2-8.5 s per step; the same run's time varies by ~5% from one run to the next on one machine;
+# each eval takes ~5 s).
 #   1. builds/reuses .venv and the toy model (built once, announced: ~8 minutes on one core)
 #   2. writes the SFT anchor's 4,096 train-split pairs (the variant's layout) to $OUT/sftaux
 #   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer and
 #      override these; e.g. --dataset_config assets/rl_datasets/toy/toy_rl.yaml trains on the held-out relations only)
-# Env: TOY_SEED (0), TOY_STEPS (105), TOY_EVAL_EVERY (35), TOY_OUTPUT_DIR (outputs/toy_prompt_following_seed$TOY_SEED),
+# Env: TOY_SEED (0), TOY_STEPS (100), TOY_EVAL_EVERY (25), TOY_OUTPUT_DIR (outputs/toy_prompt_following_seed$TOY_SEED),
 # TOY_VARIANT (slots_wide, a name of deepgen_rl.toy.model.VARIANTS; `slots` was the default until 2026-12-05), NGPUS
 # (2: one rank per core). Numerics are pinned as in scripts/test.sh, so a run repeats to the last digit.
 set -euo pipefail
@@ -27,8 +28,8 @@ export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$ROOT/.cache/torch_extensio
 # shellcheck source=scripts/utils/pinned_numerics.sh
 . scripts/utils/pinned_numerics.sh
 SEED="${TOY_SEED:-0}"
-STEPS="${TOY_STEPS:-105}"
-EVAL_EVERY="${TOY_EVAL_EVERY:-35}"
+STEPS="${TOY_STEPS:-100}"
+EVAL_EVERY="${TOY_EVAL_EVERY:-25}"
 OUT="${TOY_OUTPUT_DIR:-outputs/toy_prompt_following_seed$SEED}"
 for v in SEED STEPS EVAL_EVERY; do
   if ! [[ "${!v}" =~ ^[0-9]+$ ]]; then
