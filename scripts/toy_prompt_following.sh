@@ -37,10 +37,10 @@ for v in SEED STEPS EVAL_EVERY; do
     exit 2
   fi
 done
-python -c "import sys; from deepgen_rl.toy.model import VARIANT_NAMES as n; v = sys.argv[1]; sys.exit(None if v in n else \
-f'scripts/toy_prompt_following.sh: TOY_VARIANT must be a toy variant, one of {\", \".join(n)}; got {v!r}')" "$DEEPGEN_TOY_VARIANT"
-
-python -c "from deepgen_rl.toy.model import ensure_toy_deepgen, toy_variant; v = toy_variant(); print(f'[toy] {v} model ready in', ensure_toy_deepgen(variant=v)['root'])"
+# one interpreter: refuse an unknown TOY_VARIANT in one line before anything is built, else build/reuse the model
+python -c "import sys; from deepgen_rl.toy.model import VARIANT_NAMES as n, ensure_toy_deepgen; v = sys.argv[1]
+if v not in n: sys.exit(f'scripts/toy_prompt_following.sh: TOY_VARIANT must be a toy variant, one of {\", \".join(n)}; got {v!r}')
+print(f'[toy] {v} model ready in', ensure_toy_deepgen(variant=v)['root'])" "$DEEPGEN_TOY_VARIANT"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 python -m deepgen_rl.toy.sftaux --variant "$DEEPGEN_TOY_VARIANT" --n 4096 --out "$OUT/sftaux" > /dev/null

@@ -89,8 +89,8 @@ class CheckResult:
 
 def _hue_and_vivid(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per pixel: whether it is vivid enough to carry a colour (step 1's chroma and saturation thresholds), and its
-    hue in degrees [0, 360) where it is (0 elsewhere: nothing reads the hue of a pixel that is not vivid, and skipping
-    the background cuts the reward's reading of a 64-px image from ~0.77 to ~0.54 ms)."""
+    hue in degrees [0, 360) where it is (0 elsewhere: nothing reads the hue of a pixel that is not vivid, and most
+    pixels are background)."""
     rgb = image.astype(np.float32)
     mx, mn = rgb.max(-1), rgb.min(-1)
     chroma = mx - mn

@@ -471,10 +471,9 @@ def test_vivid_pixels_hue_and_colour_label_agree_with_colorsys():
     arr[:16] = rng.integers(200, 256, (16, 64, 3), dtype=np.uint8)  # pale rows: mostly not vivid
     hue, vivid = hue_and_vivid(arr)
     labels = color_labels(arr)
-    names = list(COLORS)
-    palette = np.array([_palette_hue(n) for n in names])
+    palette = np.array([_palette_hue(n) for n in COLORS])
     checked = 0
-    for (y, x), px in np.ndenumerate(arr[..., 0]):
+    for y, x in np.ndindex(arr.shape[:2]):
         r, g, b = (int(v) for v in arr[y, x])
         h, s, v = colorsys.rgb_to_hsv(r / 255, g / 255, b / 255)
         chroma = max(r, g, b) - min(r, g, b)
