@@ -98,3 +98,16 @@ def test_dit_flop_formula_matches_counter_on_full_config():
     analytic = sum(dit_forward_flops(FULL["dit"], 2, 64, text_tokens).values())
     assert analytic == pytest.approx(counted_dit_flops(FULL["dit"], 2, 64, text_tokens), rel=1e-6)
     assert analytic / 2 == pytest.approx(2.531e12, rel=1e-3)  # one 512x512 image: 1024 + 384 tokens
+
+
+def test_cpu_malloc_smoke():
+    """Both arms run in their own worker, compute the same weights to the last bit, and the malloc arm's worker
+    really ran with the settings of scripts/utils/cpu_malloc.sh (fewer page faults per update is what they are for)."""
+    out = run_smoke("cpu_malloc.py")
+    assert "identical in every worker" in out
+    r = ratios(out)
+    assert {"rollout forward cpu_malloc.sh / default", "update piece cpu_malloc.sh / default"} <= set(r)
+    faults = {line.split()[0]: float(line.split()[3]) for line in out.splitlines()
+              if line.startswith(("default ", "cpu_malloc.sh "))}
+    assert faults["cpu_malloc.sh"] < faults["default"], out
+    assert "rerun: " in out and "bench/cpu_malloc.py --smoke" in out
