@@ -6,9 +6,10 @@
 # `soft_color` reward and an EMA of the DiT evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds)
 # every TOY_EVAL_EVERY steps; then prints the run's held-out statistics (python -m deepgen_rl.toy.run_report: strict
 # accuracy, claim scores and per-prompt sign tests vs step 0, minutes from launch). The headline figure is the last
-# eval's (step 100), not the best eval's. 100 steps with an eval every 25 took 14.4-14.8 minutes from launch on an
-# idle 2-core machine (8.2-8.5 s per step; the same run's time varies by ~5% from one run to the next on one machine;
-# each eval takes ~5 s).
+# eval's (step 100), not the best eval's. 100 steps with an eval every 25 took 13.3-15.0 minutes from launch on an
+# idle 2-core machine (7.6-8.6 s per step, depending on the seed and on the machine's speed that day: seed 2's run
+# took 13.3 minutes on 2026-12-05 and 15.0 on 2026-12-06, to the last digit the same run; each eval takes ~5 s).
+# scripts/quickstart_env.sh sets glibc's malloc thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
 #   1. builds/reuses .venv and the toy model (built once, announced: ~8 minutes on one core)
 #   2. writes the SFT anchor's 4,096 train-split pairs (the variant's layout) to $OUT/sftaux
 #   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer and

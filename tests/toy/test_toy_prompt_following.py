@@ -1,8 +1,8 @@
 """The toy world's headline claim, end to end through ``bash scripts/toy_prompt_following.sh`` with its defaults:
 MR-GRPO (cps_sde, gdpo; two gloo ranks, an SDE window of one step, ``soft_color``, the SFT anchor, an EMA of the DiT,
 RL prompts mixing held-out relations with train-split count and region captions) on the ``slots_wide`` toy model
-raises held-out strict accuracy by at least 15 points at its last eval, step 100 (within 15 minutes on 2 cores:
-the issue's target), and the rise is prompt following.
+raises held-out strict accuracy by at least 15 points at its last eval, step 100 (13.3-15.0 minutes on 2 idle cores,
+as fast as the machine is that day: the issue's target), and the rise is prompt following.
 
 Opt-in (DEEPGEN_TOY_SLOW_TESTS=1; ~15 minutes on an idle 2-core machine plus the `slots_wide` build, ~8 minutes,
 cached): too long for CI, whose toy RL test is tests/toy/test_toy_rl.py. Seed 0, the script's defaults (100 steps,
