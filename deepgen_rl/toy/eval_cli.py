@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step", type=int, default=0, help="label of the output folder step_<step>")
     p.add_argument("--image_size", type=int, default=64)
+    p.add_argument("--cpu_fast_gelu", action="store_true",
+                   help="the DiT's tanh GELUs as x*sigmoid(2u) on the CPU, as training with --cpu_fast_gelu true "
+                        "evaluates (the same function to float rounding)")
     a = p.parse_args(argv)
 
     from deepgen_rl.evaluation.config import load_eval_config
@@ -48,6 +51,7 @@ def main(argv=None) -> int:
             load_ema_dit(model, a.checkpoint)
         except (OSError, ValueError) as e:
             p.error(str(e))
+    model.cpu_fast_gelu = a.cpu_fast_gelu
     metrics = run_unigenbench_eval(model, load_eval_config(a.eval_dataset_config), a.output_dir, a.step,
                                    height=a.image_size, width=a.image_size, seed=a.seed, judge=False,
                                    batch_size=32)

@@ -115,6 +115,7 @@ class DeepGenGRPOTrainer(Trainer):
         dit.train()
         if args.gradient_checkpointing:
             model.enable_gradient_checkpointing()
+        model.cpu_fast_gelu = bool(args.cpu_fast_gelu)  # predict_velocity patches every DiT it runs (cpu_gelu.py)
         super().__init__(model=dit, args=args, callbacks=callbacks)
         self.counters = {"optimizer_steps": 0, "vlm_prompt_encodings": 0, "skipped_updates": 0}
         self.engine = None

@@ -111,3 +111,15 @@ def test_cpu_malloc_smoke():
               if line.startswith(("default ", "cpu_malloc.sh "))}
     assert faults["cpu_malloc.sh"] < faults["default"], out
     assert "rerun: " in out and "bench/cpu_malloc.py --smoke" in out
+
+
+def test_cpu_gelu_smoke():
+    """Both arms run on copies of one DiT; the patched arm patched every tanh GELU and computes the same outputs and
+    gradients to float rounding (the bench exits 1 otherwise)."""
+    out = run_smoke("cpu_gelu.py")
+    r = ratios(out)
+    assert {"one GELU fast / aten", "rollout forward fast / aten", "update piece fast / aten"} <= set(r)
+    assert "(slots_wide config, 5 tanh GELUs)" in out  # 3 blocks: 3 image FFs + 2 text FFs (the last is pre-only)
+    m = re.search(r"max \|output fast - aten\| (\S+); \|grad fast - grad aten\| / \|grad aten\| (\S+)", out)
+    assert m and 0 < float(m.group(1)) < 1e-4 and 0 < float(m.group(2)) < 1e-4, out
+    assert "rerun: " in out and "bench/cpu_gelu.py --smoke" in out

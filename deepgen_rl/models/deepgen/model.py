@@ -15,6 +15,7 @@ from torch import nn
 
 from .conditioning import Conditioning
 from .connector import Connector, ConnectorConfig
+from .cpu_gelu import use_cpu_fast_gelu
 from .dit_attention import use_text_masked_attention
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,9 @@ class DeepGen(nn.Module):
             nn.init.zeros_(proj.bias)
         self.meta_queries = nn.Parameter(torch.randn(num_queries, hidden) / math.sqrt(hidden))
         self._frozen = False
+        # True: predict_velocity computes the DiT's tanh GELUs of CPU tensors as x·sigmoid(2u) (cpu_gelu.py; the
+        # trainer's --cpu_fast_gelu): the same function to float rounding, ~2x faster on an AVX2 CPU
+        self.cpu_fast_gelu = False
 
     # ------------------------------------------------------------------ properties
     @property
@@ -249,8 +253,11 @@ class DeepGen(nn.Module):
         ``transformer`` overrides ``self.transformer`` (an EMA copy, a DeepSpeed engine's module, a frozen reference).
         Pad text rows of ``cond`` never reach the image stream: all-pad columns are dropped and, if the rows still
         differ in length, the DiT's joint attention masks the pad rows as keys (``use_text_masked_attention``).
+        With ``self.cpu_fast_gelu`` the DiT's tanh GELUs run as x·sigmoid(2u) on the CPU (``cpu_gelu``).
         """
         dit = self.transformer if transformer is None else transformer
+        if self.cpu_fast_gelu:
+            use_cpu_fast_gelu(dit)
         dit_dtype = _module_dtype(dit)
         b = latents.shape[0]
         sigma = torch.as_tensor(sigma, device=latents.device, dtype=torch.float32).reshape(-1).expand(b)
