@@ -25,6 +25,7 @@ from transformers.utils import logging
 
 from deepgen_rl.config import GRPOConfig, batch_layout
 from deepgen_rl.data.prompts import DistributedPromptSampler, load_train_config
+from deepgen_rl.models.deepgen.cpu_gelu import use_cpu_fast_gelu
 from deepgen_rl.rewards import get_reward
 from deepgen_rl.rewards.base import MultiRewardOutput
 from deepgen_rl.rl.advantages import AdvantageOutput, compute_advantages
@@ -116,6 +117,11 @@ class DeepGenGRPOTrainer(Trainer):
         if args.gradient_checkpointing:
             model.enable_gradient_checkpointing()
         model.cpu_fast_gelu = bool(args.cpu_fast_gelu)  # predict_velocity patches every DiT it runs (cpu_gelu.py)
+        if args.cpu_fast_gelu:
+            n = use_cpu_fast_gelu(dit)
+            if n == 0:
+                raise ValueError("--cpu_fast_gelu true: the DiT has no tanh-approximate diffusers GELU to replace")
+            logger.warning(f"--cpu_fast_gelu: the DiT's {n} tanh GELUs run as x*sigmoid(2u) on CPU tensors")
         super().__init__(model=dit, args=args, callbacks=callbacks)
         self.counters = {"optimizer_steps": 0, "vlm_prompt_encodings": 0, "skipped_updates": 0}
         self.engine = None

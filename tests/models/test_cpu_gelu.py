@@ -126,3 +126,17 @@ def test_trainer_flag_reaches_the_model(tmp_path, flag):
     run_inprocess(tmp_path, model=model, max_steps=1, cpu_fast_gelu=flag)
     assert model.cpu_fast_gelu is flag
     assert uses_cpu_fast_gelu(model.transformer) is flag
+
+
+def test_trainer_refuses_the_flag_on_a_dit_without_tanh_gelus(tmp_path):
+    """The flag never silently does nothing: a DiT whose feed-forwards use the exact GELU is refused at start-up."""
+    from diffusers.models.activations import GELU
+
+    from tests.trainer.helpers import run_inprocess, tiny_model
+
+    model = tiny_model()
+    for m in model.transformer.modules():
+        if isinstance(m, GELU):
+            m.approximate = "none"
+    with pytest.raises(ValueError, match="no tanh-approximate diffusers GELU"):
+        run_inprocess(tmp_path, model=model, max_steps=1, cpu_fast_gelu=True)
