@@ -134,3 +134,31 @@ def test_eval_cli_use_ema_loads_the_checkpoints_ema_weights(tmp_path):
     save_file({k: (v[:1] if k == first else v) for k, v in params.items()}, str(ckpt / "ema_dit.safetensors"))
     with pytest.raises(ValueError, match=f"shape mismatch: .*{first}: checkpoint "):
         load_ema_dit(build_model(tiny), str(ckpt))
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_eval_cli_cpu_fast_gelu_evaluates_with_the_patched_gelu(tmp_path, monkeypatch, flag):
+    """``--cpu_fast_gelu`` evaluates as training with ``--cpu_fast_gelu true`` does: the DiT that generated the
+    images ran its tanh GELUs as x·sigmoid(2u); without the flag it ran ATen's."""
+    import deepgen_rl.evaluation.runner as runner
+    from deepgen_rl.models.deepgen.cpu_gelu import uses_cpu_fast_gelu
+    from deepgen_rl.toy.eval_cli import main
+
+    seen = []
+    real = runner.run_unigenbench_eval
+
+    def spy(model, *args, **kwargs):
+        out = real(model, *args, **kwargs)
+        seen.append((model.cpu_fast_gelu, uses_cpu_fast_gelu(model.transformer)))
+        return out
+
+    monkeypatch.setattr(runner, "run_unigenbench_eval", spy)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "a red circle"}) + "\n")
+    (tmp_path / "eval.yaml").write_text(
+        "datasets:\n  - name: toy_small\n    path: p.jsonl\n    cfg_scale: 0\n    num_inference_steps: 2\n"
+        "    duplicates: 1\n    scoring: toy\n")
+    argv = ["--output_dir", str(tmp_path / "out"), "--model_config", str(ROOT / "configs/models/deepgen_tiny.py"),
+            "--eval_dataset_config", str(tmp_path / "eval.yaml")] + (["--cpu_fast_gelu"] if flag else [])
+    assert main(argv) == 0
+    assert seen == [(flag, flag)]

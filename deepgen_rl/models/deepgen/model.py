@@ -124,7 +124,7 @@ class DeepGen(nn.Module):
         self.meta_queries = nn.Parameter(torch.randn(num_queries, hidden) / math.sqrt(hidden))
         self._frozen = False
         # True: predict_velocity computes the DiT's tanh GELUs of CPU tensors as x·sigmoid(2u) (cpu_gelu.py; the
-        # trainer's --cpu_fast_gelu): the same function to float rounding, ~2x faster on an AVX2 CPU
+        # trainer's --cpu_fast_gelu): the same function to float rounding, ~3x faster on an AVX2 CPU
         self.cpu_fast_gelu = False
 
     # ------------------------------------------------------------------ properties
