@@ -4,9 +4,9 @@ SD3's feed-forward layers apply ``F.gelu(x, approximate="tanh")`` = 0.5·x·(1 +
 ATen evaluates it on an AVX2 CPU through its accurate vectorised tanh, which is slow: in the toy DiT (96 wide, 64
 images of 64 + 28 tokens) one GELU takes ~4 ms and the five of a forward ~22% of it (torch.profiler, one thread).
 Since 0.5·(1 + tanh(u)) = sigmoid(2u), the same function is x·sigmoid(2u), which ATen computes in a few cheap passes
-(~3x faster: 0.35x the time in bench/cpu_gelu.py); its derivative, written out in :class:`TanhGELU`, avoids ATen's tanh-based ``gelu_backward`` too.
-The two formulas agree to float rounding (1e-6 relative at most), not bit for bit: a run with the option repeats to the
-last digit, but it is not the run without the option to the last digit.
+(~3x faster: 0.35x the time in bench/cpu_gelu.py); its derivative, written out in :class:`TanhGELU`, avoids ATen's
+tanh-based ``gelu_backward`` too. The two formulas agree to float rounding (1e-6 relative at most), not bit for bit:
+a run with the option repeats to the last digit, but it is not the run without the option to the last digit.
 
 The patch is per module instance and acts on CPU tensors only (a CUDA tensor still goes to ``F.gelu``), so a GPU run
 is untouched even with the option on. ``DeepGen.predict_velocity`` installs it on whichever DiT it runs (the policy,
