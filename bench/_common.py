@@ -7,6 +7,7 @@ import os
 import shlex
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,18 @@ def setup_env(threads: int) -> None:
 def median(values) -> float:
     values = list(values)
     return statistics.median(values) if values else float("nan")
+
+
+def timings(fn, n: int, warmup: int = 0) -> list[float]:
+    """Seconds of each of ``n`` calls of ``fn()`` (``time.perf_counter``), after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 def load_note() -> str:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
+from _common import load_note, median, print_ratio, print_rerun, print_table, setup_env, timings  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -78,22 +77,13 @@ def main(argv=None) -> int:
     out_diff = (out["fast"] - out["aten"]).abs().max().item()
     grad_rel = ((grads["fast"] - grads["aten"]).norm() / grads["aten"].norm()).item()
 
-    def timed(fn):
-        fn()
-        times = []
-        for _ in range(a.iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return times
-
     res = {arm: {"gelu": [], "fwd": [], "update": []} for arm in dits}
     for _ in range(a.repeats):
         for arm, dit in dits.items():
             with torch.no_grad():
-                res[arm]["gelu"] += timed(gelus[arm])
-                res[arm]["fwd"] += timed(lambda: forward(dit))
-            res[arm]["update"] += timed(lambda: update(arm))
+                res[arm]["gelu"] += timings(gelus[arm], a.iters, warmup=1)
+                res[arm]["fwd"] += timings(lambda: forward(dit), a.iters, warmup=1)
+            res[arm]["update"] += timings(lambda: update(arm), a.iters, warmup=1)
     rows = [[arm, median(r["gelu"]) * 1e3, median(r["fwd"]) * 1e3, median(r["update"]) * 1e3]
             for arm, r in res.items()]
     print_table(f"toy DiT (slots_wide config, {patched} tanh GELUs), {a.rows} rows, 1 thread; medians over "

@@ -21,12 +21,11 @@ import os
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
+from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, setup_env, timings  # noqa: E402
 
 MALLOC_SH = ROOT / "scripts/utils/cpu_malloc.sh"
 
@@ -68,20 +67,12 @@ def worker(a) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    def timed(fn, n):
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-        return out
-
     with torch.no_grad():
         forward()
-        fwd = timed(forward, a.iters)
+        fwd = timings(forward, a.iters)
     update()
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    upd = timed(update, a.iters)
+    upd = timings(update, a.iters)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / a.iters
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in dit.parameters())).hexdigest()[:16]
     return {"fwd_s": median(fwd), "update_s": median(upd), "faults_per_update": faults, "digest": digest}
