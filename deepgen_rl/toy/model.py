@@ -29,9 +29,10 @@ model code changes how a prompt reaches the DiT.
 Pinned numerics. The build's training trajectory depends on the CPU's float kernels: the same code, seed and torch
 built a different model on an AVX-512 machine than on an AVX2-only one (VAE reconstructions passing the checker 0.633
 vs 0.531 strict), and the RL test's outcome with it. On x86-64 with AVX2, ``build_toy_deepgen`` therefore builds in a
-child process whose torch (``ATEN_CPU_CAPABILITY``), MKL (``MKL_CBWR``) and oneDNN (``ONEDNN_MAX_CPU_ISA``) kernels
-are held to AVX2, on one thread (``PINNED_NUMERICS``): every such machine builds the same model (meta ``numerics``
-"avx2"). Elsewhere (ARM, x86 without AVX2) it builds natively, says so, and records ``numerics`` "native-<isa>".
+child process whose torch (``ATEN_CPU_CAPABILITY``), MKL (``MKL_CBWR``), oneDNN (``ONEDNN_MAX_CPU_ISA``) and numpy
+(``NPY_DISABLE_CPU_FEATURES``: its AVX-512 groups, by numpy >= 2.4's names) kernels are held to AVX2, on one thread
+(``PINNED_NUMERICS``): every such machine builds the same model (meta ``numerics`` "avx2"). Elsewhere (ARM, x86
+without AVX2) it builds natively, says so, and records ``numerics`` "native-<isa>".
 """
 
 from __future__ import annotations
@@ -184,10 +185,11 @@ def toy_dir(variant: str | None = None) -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "deepgen_rl", name)
 
 
-# The environment of a pinned build's child process (module docstring, "Pinned numerics"); read by torch, MKL and
-# oneDNN when the process starts, so it cannot be applied to a running process.
+# The environment of a pinned build's child process (module docstring, "Pinned numerics"); read by torch, MKL, oneDNN
+# and numpy when the process starts, so it cannot be applied to a running process.
 PINNED_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+                                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                   "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
 _PINNED_CHILD = "DEEPGEN_TOY_PINNED_BUILD"  # set (to "1") only in the child a pinned build runs in
 
 
