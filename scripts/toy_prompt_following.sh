@@ -11,15 +11,17 @@
 # Without --cpu_fast_gelu, 100 steps with an eval every 25 took 13.3-15.0 minutes from launch on an idle 2-core
 # machine (7.6-8.6 s per step, depending on the seed and on the machine's speed that day: seed 2's run took 13.3
 # minutes on 2026-12-05 and 15.0 on 2026-12-06, to the last digit the same run; each eval takes ~5 s); the GELU
-# takes ~7% off. scripts/quickstart_env.sh sets glibc's malloc thresholds (scripts/utils/cpu_malloc.sh: the same
-# numbers).
+# takes ~7% off. On a ~1.6x slower machine of the same kind (2026-12-06: AVX2 only, 11.6-12.2 s per step with the
+# GELU) the step-100 eval came 21.5-22.3 minutes after launch. scripts/quickstart_env.sh sets glibc's malloc
+# thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
 #   1. builds/reuses .venv and the toy model (built once, announced: ~8 minutes on one core)
 #   2. writes the SFT anchor's 4,096 train-split pairs (the variant's layout) to $OUT/sftaux
 #   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer and
 #      override these; e.g. --dataset_config assets/rl_datasets/toy/toy_rl.yaml trains on the held-out relations only)
 # Env: TOY_SEED (0), TOY_STEPS (100), TOY_EVAL_EVERY (25), TOY_OUTPUT_DIR (outputs/toy_prompt_following_seed$TOY_SEED),
 # TOY_VARIANT (slots_wide, a name of deepgen_rl.toy.model.VARIANTS; `slots` was the default until 2026-12-05), NGPUS
-# (2: one rank per core). Numerics are pinned as in scripts/test.sh, so a run repeats to the last digit.
+# (2: one rank per core). Numerics are pinned as in scripts/test.sh, so a run repeats to the last digit on one machine;
+# numpy is pinned too since 2026-12-06 (its SIMD loops had made runs differ between AVX-512 and AVX2 machines).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
