@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
 # The toy world's headline run (docs/toy_world.md, "Faster steps and a one-step SDE window", "Counting too",
-# "Reliability" and "A faster GELU; six rollout steps are not faster learning"): MR-GRPO (cps_sde, gdpo) on the
-# `slots_wide` toy DeepGen, two ranks (torchrun + gloo, one CPU thread each), 1,024 images per step from the mixture
-# assets/rl_datasets/toy/toy_rl_mix.yaml (3/4 held-out relations, 1/4 train-split count and region captions), an SDE
-# window of one step, the SFT anchor (lambda 0.001), the `soft_color` reward, the DiT's GELUs computed as
-# x*sigmoid(2u) (--cpu_fast_gelu: the same function to float rounding, ~10% faster DiT passes) and an EMA of the DiT
+# "Reliability", "A faster GELU; six rollout steps are not faster learning" and "Windows from steps 1-5; 60 steps"):
+# MR-GRPO (cps_sde, gdpo) on the `slots_wide` toy DeepGen, two ranks (torchrun + gloo, one CPU thread each), 1,024
+# images per step from the mixture assets/rl_datasets/toy/toy_rl_mix.yaml (3/4 held-out relations, 1/4 train-split
+# count and region captions), an SDE window of one step starting at step 1-5 of 8 (--sde_window_range 1,6: a window
+# at step 0 gave ~0.4x the gradient of one at steps 3-4 for the dearest rollout, one at step 6 ~0.1x, with ~65% of its
+# groups' rewards all equal), the SFT anchor (lambda 0.001), the `soft_color` reward, the DiT's GELUs computed as
+# x*sigmoid(2u) (--cpu_fast_gelu: the same function to float rounding, ~7% faster steps) and an EMA of the DiT
 # evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps; then prints the
 # run's held-out statistics (python -m deepgen_rl.toy.run_report: strict accuracy, claim scores and per-prompt sign
-# tests vs step 0, minutes from launch). The headline figure is the last eval's (step 100), not the best eval's.
-# Without --cpu_fast_gelu, 100 steps with an eval every 25 took 13.3-15.0 minutes from launch on an idle 2-core
-# machine (7.6-8.6 s per step, depending on the seed and on the machine's speed that day: seed 2's run took 13.3
-# minutes on 2026-12-05 and 15.0 on 2026-12-06, to the last digit the same run; each eval takes ~5 s); the GELU
-# takes ~7% off. On a ~1.6x slower machine of the same kind (2026-12-06: AVX2 only, 11.6-12.2 s per step with the
-# GELU) the step-100 eval came 21.5-22.3 minutes after launch. scripts/quickstart_env.sh sets glibc's malloc
-# thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
+# tests vs step 0, minutes from launch). The headline figure is the last eval's (step 60), not the best eval's.
+# 60 steps were chosen to fit 15 minutes on the slowest 2-core machine met so far (AVX2 only, ~12.4 s per step: step
+# 60 at ~14 minutes); on the faster machines of the earlier sections (7.5-8.6 s per step) they take ~9 minutes.
+# scripts/quickstart_env.sh sets glibc's malloc thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
 #   1. builds/reuses .venv and the toy model (built once, announced: ~8 minutes on one core)
 #   2. writes the SFT anchor's 4,096 train-split pairs (the variant's layout) to $OUT/sftaux
 #   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer and
 #      override these; e.g. --dataset_config assets/rl_datasets/toy/toy_rl.yaml trains on the held-out relations only)
-# Env: TOY_SEED (0), TOY_STEPS (100), TOY_EVAL_EVERY (25), TOY_OUTPUT_DIR (outputs/toy_prompt_following_seed$TOY_SEED),
+# Env: TOY_SEED (0), TOY_STEPS (60), TOY_EVAL_EVERY (20), TOY_OUTPUT_DIR (outputs/toy_prompt_following_seed$TOY_SEED),
 # TOY_VARIANT (slots_wide, a name of deepgen_rl.toy.model.VARIANTS; `slots` was the default until 2026-12-05), NGPUS
 # (2: one rank per core). Numerics are pinned as in scripts/test.sh, so a run repeats to the last digit on one machine;
 # numpy is pinned too since 2026-12-06 (its SIMD loops had made runs differ between AVX-512 and AVX2 machines).
@@ -34,8 +33,8 @@ export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$ROOT/.cache/torch_extensio
 # shellcheck source=scripts/utils/pinned_numerics.sh
 . scripts/utils/pinned_numerics.sh
 SEED="${TOY_SEED:-0}"
-STEPS="${TOY_STEPS:-100}"
-EVAL_EVERY="${TOY_EVAL_EVERY:-25}"
+STEPS="${TOY_STEPS:-60}"
+EVAL_EVERY="${TOY_EVAL_EVERY:-20}"
 OUT="${TOY_OUTPUT_DIR:-outputs/toy_prompt_following_seed$SEED}"
 for v in SEED STEPS EVAL_EVERY; do
   if ! [[ "${!v}" =~ ^[0-9]+$ ]]; then
@@ -58,7 +57,8 @@ NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
   bash scripts/train.sh --rollout_n 8 --rollout_micro_batch_size 64 --atrain_micro_batch_size 64 \
   --rollout_global_batch_size 1024 --num_inference_steps 8 --image_height 64 --image_width 64 \
   --learning_rate 3e-4 --warmup_steps 0 --clip_range 0.2 --beta 0 --sde_eta 0.7 --sde_window_size 1 \
-  --reward_kwargs '{"toy_compositional": {"exclusive": true, "soft_color": true}}' --skip_zero_advantage true \
+  --sde_window_range 1,6 --reward_kwargs '{"toy_compositional": {"exclusive": true, "soft_color": true}}' \
+  --skip_zero_advantage true \
   --sftaux_coef 0.001 --sftaux_micro_batch_size 128 --ema_decay 0.95 --gradient_checkpointing false \
   --cpu_fast_gelu true \
   --eval_judge false --eval_at_start true --eval_freq "$EVAL_EVERY" --max_steps "$STEPS" --save_steps "$STEPS" \

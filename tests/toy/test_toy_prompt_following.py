@@ -1,26 +1,26 @@
 """The toy world's headline claim, end to end through ``bash scripts/toy_prompt_following.sh`` with its defaults:
-MR-GRPO (cps_sde, gdpo; two gloo ranks, an SDE window of one step, ``soft_color``, the SFT anchor, an EMA of the DiT,
-RL prompts mixing held-out relations with train-split count and region captions, ``--cpu_fast_gelu``) on the
-``slots_wide`` toy model raises held-out strict accuracy by at least 15 points at its last eval, step 100 (13.3-15.0
-minutes on 2 idle cores, as fast as the machine is that day: the issue's target), and the rise is prompt following.
+MR-GRPO (cps_sde, gdpo; two gloo ranks, a one-step SDE window starting at step 1-5, ``soft_color``, the SFT anchor, an
+EMA of the DiT, RL prompts mixing held-out relations with train-split count and region captions, ``--cpu_fast_gelu``)
+on the ``slots_wide`` toy model raises held-out strict accuracy by at least 15 points at its last eval, step 60 (the
+issue's target: 60 steps were chosen to fit 15 minutes on the slowest 2-core machine met), and the rise is prompt
+following.
 
-Opt-in (DEEPGEN_TOY_SLOW_TESTS=1; ~15 minutes on an idle 2-core machine plus the `slots_wide` build, ~8 minutes,
-cached): too long for CI, whose toy RL test is tests/toy/test_toy_rl.py. Seed 0, the script's defaults (100 steps,
-evals every 25). Pinned numerics make a two-rank run repeat to the last digit on one machine. Across
-machines it did not: numpy's SIMD loops, pinned too since 2026-12-06, were one cause (whether the only one is
-unchecked). The figures below are seed 0's run on an AVX2-only machine, where step 100 came ~22 minutes after
-launch (docs/toy_world.md, "A slower machine, and numpy in the pinned numerics"); on the AVX-512 machines before the
-numpy pin it gained +17.2 (0.342 -> 0.514).
+Opt-in (DEEPGEN_TOY_SLOW_TESTS=1; ~9-15 minutes on an idle 2-core machine plus the `slots_wide` build, ~8-13 minutes,
+cached): too long for CI, whose toy RL test is tests/toy/test_toy_rl.py. Seed 0, the script's defaults (60 steps,
+evals every 20). Pinned numerics make a two-rank run repeat to the last digit on one machine; across machines runs
+differ (numpy's SIMD loops, pinned since 2026-12-06, were one cause). **This test fails on seed 0's run on the AVX2-only
+machine of 2026-12-06** (docs/toy_world.md, "Windows from steps 1-5; 60 steps"): 0.342 -> 0.484 at step 60, +14.2,
+14.6 minutes from launch. That is the issue's target not being met there, and the test keeps asserting it.
 
-Asserted at step 100 (64 held-out prompts x 8 images, ODE, fixed seeds), each one-sided exact sign test over the
+Asserted at step 60 (64 held-out prompts x 8 images, ODE, fixed seeds), each one-sided exact sign test over the
 prompts whose outcome changed (`deepgen_rl.toy.rl_run.paired_sign_test`) at false-positive rate <= alpha = 0.01:
-  * strict accuracy >= step 0 + 0.15 (the issue's target, a magnitude; measured 0.342 -> 0.510) and per prompt up
-    more than down (p < alpha; measured 42 up / 11 down, p = 1.1e-5);
+  * strict accuracy >= step 0 + 0.15 (the issue's target, a magnitude; measured 0.342 -> 0.484, which fails) and per
+    prompt up more than down (p < alpha; measured 39 up / 8 down, p = 2.8e-6);
   * own - other (a prompt's claim score minus the same images' score on 8 other prompts' claims) up per prompt
-    (p < alpha; measured 0.430 -> 0.590, 54 up / 10 down, p = 1.0e-8): a prompt-blind change (brighter, greener,
+    (p < alpha; measured 0.430 -> 0.560, 58 up / 6 down, p = 4.5e-12): a prompt-blind change (brighter, greener,
     more objects) lifts both terms alike;
   * the other-prompt score moves by less than 0.02 (it does not learn to satisfy any caption; measured 0.219 ->
-    0.216).
+    0.224).
 The wall time is printed, not asserted (machines differ).
 """
 
@@ -36,12 +36,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHA = 0.01
-STEPS = 100
-EVALS = [0, 25, 50, 75, 100]
+STEPS = 60
+EVALS = [0, 20, 40, 60]
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("DEEPGEN_TOY_SLOW_TESTS") != "1",
-    reason="opt-in (~15 minutes on 2 idle cores, plus the slots_wide build): set DEEPGEN_TOY_SLOW_TESTS=1")
+    reason="opt-in (~9-15 minutes on 2 idle cores, plus the slots_wide build): set DEEPGEN_TOY_SLOW_TESTS=1")
 
 
 @pytest.mark.slow
