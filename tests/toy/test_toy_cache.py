@@ -6,11 +6,19 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from deepgen_rl.toy import model as toy_model
+
+# the tests of the pinned build: only an x86-64 machine with AVX2 can pin its numerics
+needs_pinned_numerics = pytest.mark.skipif(
+    toy_model.expected_numerics() != "avx2",
+    reason=f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
 
 
 def _fake_make(out_dir: str, progress: bool = True, variant: str = "default"):
@@ -106,14 +114,10 @@ def test_a_variant_has_its_own_cache_and_another_variants_build_is_never_replace
         toy_model.toy_variant()
 
 
+@needs_pinned_numerics
 def test_a_child_with_the_pinned_environment_runs_avx2_kernels():
     """What the pinned build relies on: a process started with PINNED_NUMERICS runs torch's AVX2 kernels (and so
     `_running_pinned` holds in the build's child), whatever this process runs."""
-    import subprocess
-    import sys
-
-    if toy_model.expected_numerics() != "avx2":
-        pytest.skip(f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
     code = "import torch; from deepgen_rl.toy.model import _running_pinned as p; " \
            "print(torch.backends.cpu.get_cpu_capability(), p())"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **toy_model.PINNED_NUMERICS},
@@ -125,22 +129,18 @@ _NPY_AVX512 = ("X86_V4", "AVX512_ICL", "AVX512_SPR")  # numpy >= 2.4's AVX-512 d
 
 
 def _numpy_features(env: dict) -> dict:
-    import subprocess
-    import sys
-
     code = "import json; from numpy._core._multiarray_umath import __cpu_features__ as f; print(json.dumps(f))"
     return json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                      check=True).stdout)
 
 
+@needs_pinned_numerics
 def test_a_child_with_the_pinned_environment_runs_numpys_avx2_loops_at_most():
     """numpy picks its SIMD loops at import, and the toy reward's scores change in the last bits with them (measured:
     the 512 images of an eval scored 385.88360591232777 with X86_V3 loops, 385.8836059272289 with X86_V2 ones), so
     a two-rank RL run diverges between an AVX-512 and an AVX2 machine unless numpy is held to AVX2 as well. On an
     AVX-512 machine this checks the pin itself; on an AVX2 one, that numpy reads the variable (adding X86_V3 to it
     turns the AVX2 loops off)."""
-    if toy_model.expected_numerics() != "avx2":
-        pytest.skip(f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
     pinned = _numpy_features({**os.environ, **toy_model.PINNED_NUMERICS})
     assert not any(pinned.get(g, False) for g in _NPY_AVX512), pinned
     assert pinned["AVX2"] and pinned["FMA3"]  # the AVX2 loops stay on: the pin only removes AVX-512
@@ -150,15 +150,11 @@ def test_a_child_with_the_pinned_environment_runs_numpys_avx2_loops_at_most():
         assert _numpy_features(lower)["X86_V3"] is False
 
 
+@needs_pinned_numerics
 def test_pinned_numerics_sh_exports_what_the_build_pins(tmp_path):
     """scripts/utils/pinned_numerics.sh (sourced by scripts/test.sh and the toy script, which set OMP_NUM_THREADS
     themselves) and PINNED_NUMERICS must agree: `_running_pinned` compares them, and a mismatch would make every
     build respawn a child, or hold one library to AVX2 in training but not in the build."""
-    import subprocess
-    from pathlib import Path
-
-    if toy_model.expected_numerics() != "avx2":
-        pytest.skip(f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
     root = Path(toy_model.__file__).resolve().parents[2]
     clean = {k: v for k, v in os.environ.items() if k not in toy_model.PINNED_NUMERICS}
     out = subprocess.run(["bash", "-c", ". scripts/utils/pinned_numerics.sh && env -0"], cwd=root, env=clean,
@@ -169,9 +165,8 @@ def test_pinned_numerics_sh_exports_what_the_build_pins(tmp_path):
     assert "OMP_NUM_THREADS" not in exported
 
 
+@needs_pinned_numerics
 def test_an_unpinned_process_builds_in_a_pinned_child_and_a_failed_child_is_an_error(tmp_path, monkeypatch):
-    if toy_model.expected_numerics() != "avx2":
-        pytest.skip(f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
     calls = []
 
     def fake_run(cmd, env, check):
