@@ -23,7 +23,7 @@ from deepgen_rl.rl.samplers import DEFAULT_SDE_ETA, DEFAULT_SDE_SAMPLER, SDE_SAM
 # float flags that must be finite (a NaN passes every ">" check and poisons the run silently)
 FINITE_FLOATS = ("learning_rate", "weight_decay", "max_grad_norm", "cfg_scale", "sde_eta", "beta",
                  "clip_range", "adv_clip_max", "timestep_fraction", "diffusionnft_beta", "ema_decay", "sftaux_coef",
-                 "save_steps", "logging_steps", "debug_checkpoint_delay_s")
+                 "save_steps", "logging_steps", "debug_checkpoint_delay_s", "max_train_minutes")
 
 
 @dataclass
@@ -54,6 +54,11 @@ class GRPOConfig(TrainingArguments):
     warmup_steps: float = field(
         default=20, metadata={"help": "LR warm-up optimizer steps (the recipe's 20; >= 1 is a count, < 1 a ratio)"})
     gradient_checkpointing: bool = field(default=True, metadata={"help": "activation checkpointing in the DiT"})
+    max_train_minutes: float = field(default=0.0, metadata={
+        "help": ">0: a wall-clock budget. Training stops before a step that would end after this many minutes from "
+                "the start of training (the step-0 eval included; a step's time is estimated as the mean of the last "
+                "5, evals and saves inside them included), then evaluates and saves as at --max_steps, which stays "
+                "the cap. The ranks stop together. 0 = no budget"})
     cpu_fast_gelu: bool = field(default=False, metadata={
         "help": "compute the DiT's tanh GELUs of CPU tensors as x*sigmoid(2u) (the same function to float rounding; "
                 "~3x faster than ATen's on an AVX2 CPU: a toy-DiT forward takes 0.9x the time); CUDA tensors are "
@@ -165,6 +170,8 @@ class GRPOConfig(TrainingArguments):
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}")
         if not self.clip_range > 0 or not self.adv_clip_max > 0:
             raise ValueError("--clip_range and --adv_clip_max must be > 0")
+        if self.max_train_minutes < 0:
+            raise ValueError(f"--max_train_minutes must be >= 0 (0 = no budget), got {self.max_train_minutes}")
         if self.sde_window_size < 0:
             raise ValueError("--sde_window_size must be >= 0")
         window_range = self.window_range()  # validates the 'lo,hi' format

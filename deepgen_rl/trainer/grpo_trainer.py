@@ -39,6 +39,7 @@ from deepgen_rl.trainer.ema import PartitionedEMA
 from deepgen_rl.trainer.policy import UpdateStats, policy_piece_loss, update_indices
 from deepgen_rl.trainer.reward_overlap import GroupedRewardScheduler
 from deepgen_rl.trainer.reward_workers import DaemonExecutor
+from deepgen_rl.trainer.time_budget import TimeBudget
 from deepgen_rl.trainer.visuals import save_sample_grid
 from deepgen_rl.utils import dist
 from deepgen_rl.utils.seeding import make_generator
@@ -238,10 +239,12 @@ class DeepGenGRPOTrainer(Trainer):
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         self._executor = DaemonExecutor(max_workers=max(1, args.reward_workers), thread_name_prefix="reward")
         self.history: list[dict] = []
+        budget, out_of_time = TimeBudget(args.max_train_minutes), False
         try:
             if args.eval_at_start and start_step == 0:
                 self._maybe_eval(0, force=True)
             for step in range(start_step, max_steps):
+                t_loop = budget.clock()
                 metrics = self.grpo_step(step)
                 self.state.global_step = step + 1
                 self.state.epoch = (step + 1) / steps_per_epoch
@@ -254,6 +257,12 @@ class DeepGenGRPOTrainer(Trainer):
                 self._maybe_eval(step + 1)
                 if self.control.should_training_stop:
                     break
+                budget.step_done(budget.clock() - t_loop)
+                if budget.active and step + 1 < max_steps and dist.any_rank(budget.next_step_would_overrun()):
+                    out_of_time = True
+                    break
+            if out_of_time:
+                self._stop_for_time(budget)
             if self.state.global_step and self._saved_step != self.state.global_step:
                 self.save_checkpoint(self.state.global_step)  # the final weights, always (a stale folder is replaced)
         except BaseException:
@@ -263,6 +272,18 @@ class DeepGenGRPOTrainer(Trainer):
         self._executor.shutdown(wait=True)
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.history
+
+    def _stop_for_time(self, budget: TimeBudget) -> None:
+        """Stopped by --max_train_minutes: say so, and evaluate the last step (the checkpoint follows in train)."""
+        step = self.state.global_step
+        if self.rank == 0:
+            logger.warning(
+                f"--max_train_minutes {self.args.max_train_minutes:g}: stopping after step {step} of "
+                f"{self.state.max_steps} ({budget.elapsed_s() / 60:.2f} minutes of training; a step takes "
+                f"~{budget.step_estimate_s():.1f} s); evaluating and saving step {step} (--max_steps {step} without "
+                "a budget trains the same weights)")
+        if self.args.eval_freq and step % self.args.eval_freq:
+            self._maybe_eval(step, force=True)  # the eval_freq steps were evaluated in the loop
 
     def _append_metrics(self, step: int, metrics: dict) -> None:
         """OUTPUT_DIR/metrics.jsonl, one line per step, written as it happens (survives a crash)."""

@@ -110,6 +110,16 @@ def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, t.tolist()))
 
 
+def any_rank(flag: bool) -> bool:
+    """True on every rank when ``flag`` is True on at least one (one all-reduce; without a process group: ``flag``).
+    For decisions that every rank must take alike, such as leaving the training loop."""
+    if not is_dist():
+        return bool(flag)
+    t = torch.tensor([1.0 if flag else 0.0], device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
 def all_gather_json(obj) -> list:
     """All-gather a JSON-serialisable object (no pickle): every rank gets [obj_rank0, obj_rank1, ...]."""
     import json
