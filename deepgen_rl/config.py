@@ -56,9 +56,10 @@ class GRPOConfig(TrainingArguments):
     gradient_checkpointing: bool = field(default=True, metadata={"help": "activation checkpointing in the DiT"})
     max_train_minutes: float = field(default=0.0, metadata={
         "help": ">0: a wall-clock budget. Training stops before a step that would end after this many minutes from "
-                "the start of training (the step-0 eval included; a step's time is estimated as the mean of the last "
-                "5, evals and saves inside them included), then evaluates and saves as at --max_steps, which stays "
-                "the cap. The ranks stop together. 0 = no budget"})
+                "the start of training in this process (the step-0 eval included; a resumed run gets the whole "
+                "budget again; a step's time is estimated as the mean of the last 5, evals and saves inside them "
+                "included), then evaluates and saves as at --max_steps, which stays the cap. The ranks stop "
+                "together. 0 = no budget"})
     cpu_fast_gelu: bool = field(default=False, metadata={
         "help": "compute the DiT's tanh GELUs of CPU tensors as x*sigmoid(2u) (the same function to float rounding; "
                 "~3x faster than ATen's on an AVX2 CPU: a toy-DiT forward takes 0.9x the time); CUDA tensors are "

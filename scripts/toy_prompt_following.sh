@@ -7,20 +7,25 @@
 # at step 0 gave ~0.4x the gradient of one at steps 3-4 for the dearest rollout, one at step 6 ~0.1x, with ~65% of its
 # groups' rewards all equal), the SFT anchor (lambda 0.001), the `soft_color` reward, the DiT's GELUs computed as
 # x*sigmoid(2u) (--cpu_fast_gelu: the same function to float rounding, ~7% faster steps) and an EMA of the DiT
-# evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps; then prints the
-# run's held-out statistics (python -m deepgen_rl.toy.run_report: strict accuracy, claim scores and per-prompt sign
-# tests vs step 0, minutes from launch). The headline figure is the last eval's (step 60), not the best eval's.
-# 60 steps were chosen to fit 15 minutes on the slowest 2-core machine met so far (AVX2 only, ~12.4 s per step: step
-# 60 at ~14 minutes); on the faster machines of the earlier sections (7.5-8.6 s per step) they take ~9 minutes.
+# evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps and at the last
+# step; then prints the run's held-out statistics (python -m deepgen_rl.toy.run_report: strict accuracy, claim scores
+# and per-prompt sign tests vs step 0, minutes from launch). The headline figure is the last eval's, not the best's.
+# A wall-clock budget ends the training (docs/toy_world.md, "A time budget"): --max_train_minutes TOY_MINUTES (14)
+# stops before a step that would end later than 14 minutes after the trainer's start, then evaluates and saves that
+# step, so the last eval comes within 15 minutes of launch on any machine: ~65 steps on the slowest 2-core machine met
+# (AVX2 only, ~12.7 s per step), ~100 on the faster ones of the earlier sections (7.5-8.6 s per step). The step
+# reached depends on the machine's speed; the run up to it does not (TOY_MINUTES=0 TOY_STEPS=N repeats a run that
+# stopped at step N to the last digit). TOY_STEPS (200) is the cap; TOY_MINUTES=0 runs exactly TOY_STEPS steps.
 # scripts/quickstart_env.sh sets glibc's malloc thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
 #   1. builds/reuses .venv and the toy model (built once, announced: ~8 minutes on one core)
 #   2. writes the SFT anchor's 4,096 train-split pairs (the variant's layout) to $OUT/sftaux
 #   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer and
 #      override these; e.g. --dataset_config assets/rl_datasets/toy/toy_rl.yaml trains on the held-out relations only)
-# Env: TOY_SEED (0), TOY_STEPS (60), TOY_EVAL_EVERY (20), TOY_OUTPUT_DIR (outputs/toy_prompt_following_seed$TOY_SEED),
-# TOY_VARIANT (slots_wide, a name of deepgen_rl.toy.model.VARIANTS; `slots` was the default until 2026-12-05), NGPUS
-# (2: one rank per core). Numerics are pinned as in scripts/test.sh, so a run repeats to the last digit on one machine;
-# numpy is pinned too since 2026-12-06 (its SIMD loops had made runs differ between AVX-512 and AVX2 machines).
+# Env: TOY_SEED (0), TOY_MINUTES (14; 0 = no budget), TOY_STEPS (200), TOY_EVAL_EVERY (20), TOY_OUTPUT_DIR
+# (outputs/toy_prompt_following_seed$TOY_SEED), TOY_VARIANT (slots_wide, a name of deepgen_rl.toy.model.VARIANTS;
+# `slots` was the default until 2026-12-05), NGPUS (2: one rank per core). Numerics are pinned as in scripts/test.sh,
+# so a run of a given number of steps repeats to the last digit on one machine; numpy is pinned too since 2026-12-06
+# (its SIMD loops had made runs differ between AVX-512 and AVX2 machines).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -33,7 +38,8 @@ export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$ROOT/.cache/torch_extensio
 # shellcheck source=scripts/utils/pinned_numerics.sh
 . scripts/utils/pinned_numerics.sh
 SEED="${TOY_SEED:-0}"
-STEPS="${TOY_STEPS:-60}"
+STEPS="${TOY_STEPS:-200}"
+MINUTES="${TOY_MINUTES:-14}"
 EVAL_EVERY="${TOY_EVAL_EVERY:-20}"
 OUT="${TOY_OUTPUT_DIR:-outputs/toy_prompt_following_seed$SEED}"
 for v in SEED STEPS EVAL_EVERY; do
@@ -42,6 +48,10 @@ for v in SEED STEPS EVAL_EVERY; do
     exit 2
   fi
 done
+if ! [[ "$MINUTES" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "scripts/toy_prompt_following.sh: TOY_MINUTES must be a non-negative number (0 = no budget), got '$MINUTES'" >&2
+  exit 2
+fi
 # one interpreter: refuse an unknown TOY_VARIANT in one line before anything is built, else build/reuse the model
 python -c "import sys; from deepgen_rl.toy.model import VARIANT_NAMES as n, ensure_toy_deepgen; v = sys.argv[1]
 if v not in n: sys.exit(f'scripts/toy_prompt_following.sh: TOY_VARIANT must be a toy variant, one of {\", \".join(n)}; got {v!r}')
@@ -50,7 +60,9 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 python -m deepgen_rl.toy.sftaux --variant "$DEEPGEN_TOY_VARIANT" --n 4096 --out "$OUT/sftaux" > /dev/null
 t0=$(date +%s)
-echo "[toy] training $STEPS steps on ${NGPUS:-2} ranks, seed $SEED: $OUT (log: $OUT/train.log)"
+budget=""
+[[ "$MINUTES" =~ ^0*([.]0*)?$ ]] || budget=" (or until $MINUTES minutes)"
+echo "[toy] training up to $STEPS steps$budget on ${NGPUS:-2} ranks, seed $SEED: $OUT (log: $OUT/train.log)"
 NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
   DATASET_CONFIG=assets/rl_datasets/toy/toy_rl_mix.yaml EVAL_DATASET_CONFIG=tests/toy/eval_toy_heldout.yaml \
   SFTAUX_DATASET_CONFIG="$OUT/sftaux/toy_sftaux.py" OUTPUT_DIR="$OUT" \
@@ -62,6 +74,7 @@ NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
   --sftaux_coef 0.001 --sftaux_micro_batch_size 128 --ema_decay 0.95 --gradient_checkpointing false \
   --cpu_fast_gelu true \
   --eval_judge false --eval_at_start true --eval_freq "$EVAL_EVERY" --max_steps "$STEPS" --save_steps "$STEPS" \
+  --max_train_minutes "$MINUTES" \
   --save_total_limit 1 --log_images_every 0 --reward_workers 2 --seed "$SEED" "$@" > "$OUT/train.log" 2>&1 \
   || { echo "[toy] training failed; the last lines of $OUT/train.log:" >&2; tail -n 30 "$OUT/train.log" >&2; exit 1; }
 echo "[toy] done in $(( $(date +%s) - t0 )) s; held-out statistics (python -m deepgen_rl.toy.run_report):"

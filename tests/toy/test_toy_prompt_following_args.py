@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("name, value, expected", [
     ("TOY_VARIANT", "slots_tall", "TOY_VARIANT must be a toy variant, one of default,"),
     ("TOY_STEPS", "12x", "TOY_STEPS must be a non-negative integer, got '12x'"),
+    ("TOY_MINUTES", "14min", "TOY_MINUTES must be a non-negative number (0 = no budget), got '14min'"),
+    ("TOY_MINUTES", "-3", "TOY_MINUTES must be a non-negative number (0 = no budget), got '-3'"),
 ])
 def test_a_bad_setting_is_one_line_naming_it_and_nothing_is_written(tmp_path, name, value, expected):
     out = tmp_path / "run"
