@@ -12,8 +12,8 @@
 # and per-prompt sign tests vs step 0, minutes from launch). The headline figure is the last eval's, not the best's.
 # A wall-clock budget ends the training (docs/toy_world.md, "A time budget"): --max_train_minutes TOY_MINUTES (14)
 # stops before a step that would end later than 14 minutes after the trainer's start, then evaluates and saves that
-# step, so the last eval comes within 15 minutes of launch on any machine: ~65 steps on the slowest 2-core machine met
-# (AVX2 only, ~12.7 s per step), ~100 on the faster ones of the earlier sections (7.5-8.6 s per step). The step
+# step, so the last eval comes within 15 minutes of launch on any machine: 62-64 steps on the slowest 2-core machine met
+# (AVX2 only, ~12.5-12.9 s per step), ~100 on the faster ones of the earlier sections (7.5-8.6 s per step). The step
 # reached depends on the machine's speed; the run up to it does not (TOY_MINUTES=0 TOY_STEPS=N repeats a run that
 # stopped at step N to the last digit). TOY_STEPS (200) is the cap; TOY_MINUTES=0 runs exactly TOY_STEPS steps.
 # scripts/quickstart_env.sh sets glibc's malloc thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
