@@ -90,14 +90,20 @@ class CheckResult:
 def _hue_and_vivid(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per pixel: whether it is vivid enough to carry a colour (step 1's chroma and saturation thresholds), and its
     hue in degrees [0, 360) where it is (0 elsewhere: nothing reads the hue of a pixel that is not vivid, and most
-    pixels are background)."""
-    rgb = image.astype(np.float32)
-    mx, mn = rgb.max(-1), rgb.min(-1)
-    chroma = mx - mn
+    pixels are background).
+
+    The channels' max and min are taken plane by plane in the image's own dtype, then cast: the same numbers as
+    ``max(-1)``/``min(-1)`` of the float32 image (a cast to float32 never reverses the order of two values, and
+    max/min pick a value rather than compute one). The whole function is ~3.5x faster so on 64 px images: NumPy
+    reduces over a last axis of 3 slowly.
+    """
+    r0, g0, b0 = image[..., 0], image[..., 1], image[..., 2]
+    mx = np.maximum(np.maximum(r0, g0), b0).astype(np.float32)
+    chroma = mx - np.minimum(np.minimum(r0, g0), b0).astype(np.float32)
     sat = chroma / np.maximum(mx, 1.0)
     vivid = (chroma >= MIN_CHROMA) & (sat >= MIN_SATURATION)
     hue = np.zeros(mx.shape, dtype=np.float32)
-    px, m, c = rgb[vivid], mx[vivid], chroma[vivid]  # c >= MIN_CHROMA > 0: no division by zero
+    px, m, c = image[vivid].astype(np.float32), mx[vivid], chroma[vivid]  # c >= MIN_CHROMA > 0: no division by zero
     r, g, b = px[:, 0], px[:, 1], px[:, 2]
     hue[vivid] = np.where(m == r, ((g - b) / c) % 6, np.where(m == g, (b - r) / c + 2, (r - g) / c + 4)) * 60
     return hue, vivid

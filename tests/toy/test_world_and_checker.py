@@ -457,6 +457,27 @@ def test_precomputed_hue_vivid_gives_the_same_blobs_and_closeness_as_reading_the
         assert hue_closeness(arr, list(COLORS)) == hue_closeness(arr, list(COLORS), hue_vivid=hv)
 
 
+def test_hue_and_vivid_do_not_depend_on_the_image_dtype():
+    """Step 1 takes the channels' max and min in the image's own dtype and casts afterwards: a uint8 image and its
+    float32 and float64 copies must give the same hue and vivid arrays, bit for bit (noise, blurred renders, and
+    pixels on the chroma threshold)."""
+    from deepgen_rl.toy.checker import MIN_CHROMA, _hue_and_vivid
+
+    rng = np.random.default_rng(12)
+    images = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)]
+    for i, spec in enumerate(sample_specs("train", 4, seed=9)):
+        images.append(np.asarray(render_spec(spec, seed=i).filter(ImageFilter.GaussianBlur(1.0)), dtype=np.uint8))
+    edge = rng.integers(0, 256 - MIN_CHROMA, (64, 64, 1)).astype(np.uint8)
+    images.append(np.concatenate([edge + MIN_CHROMA, edge, edge + rng.integers(0, 2, (64, 64, 1), dtype=np.uint8)],
+                                 axis=-1))
+    for arr in images:
+        hue, vivid = _hue_and_vivid(arr)
+        assert vivid.any() and (~vivid).any()
+        for dtype in (np.float32, np.float64):
+            h2, v2 = _hue_and_vivid(arr.astype(dtype))
+            assert np.array_equal(v2, vivid) and np.array_equal(h2, hue) and h2.dtype == np.float32
+
+
 def test_vivid_pixels_hue_and_colour_label_agree_with_colorsys():
     """Step 1 of the checker, pixel by pixel, against an independent reading (colorsys): a pixel is vivid iff its
     chroma is >= 60 and its saturation >= 0.4; a vivid pixel's hue is colorsys's (to float32 rounding) and its label
