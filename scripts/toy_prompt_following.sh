@@ -8,10 +8,10 @@
 # groups' rewards all equal), the SFT anchor (lambda 0.001, with the recipe's 32 pairs per rank and step: 128 until
 # 2026-12-06, docs/toy_world.md "Where a step's time goes; the recipe's anchor batch"), the `soft_color` reward, the
 # DiT's GELUs computed as x*sigmoid(2u) (--cpu_fast_gelu: the same function to float rounding, ~7% faster steps) and
-# an EMA of the DiT
-# evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps and at the last
-# step; then prints the run's held-out statistics (python -m deepgen_rl.toy.run_report: strict accuracy, claim scores
-# and per-prompt sign tests vs step 0, minutes from launch). The headline figure is the last eval's, not the best's.
+# an EMA of the DiT evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps
+# and at the last step; then prints the run's held-out statistics (python -m deepgen_rl.toy.run_report: strict
+# accuracy, claim scores and per-prompt sign tests vs step 0, minutes from launch). The headline figure is the last
+# eval's, not the best's.
 # A wall-clock budget ends the training (docs/toy_world.md, "A time budget"): --max_train_minutes TOY_MINUTES (14)
 # stops before a step that would end later than 14 minutes after the trainer's start, then evaluates and saves that
 # step, so the last eval comes within 15 minutes of launch on any machine: 63-68 steps on the slowest 2-core machine met

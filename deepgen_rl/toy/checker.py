@@ -94,7 +94,7 @@ def _hue_and_vivid(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     The channels' max and min are taken plane by plane in the image's own dtype, then cast: the same numbers as
     ``max(-1)``/``min(-1)`` of the float32 image (a cast to float32 never reverses the order of two values, and
-    max/min pick a value rather than compute one). The whole function is ~3.5x faster so on 64 px images: NumPy
+    max/min pick a value rather than compute one). This makes the whole function ~3.5x faster on 64 px images: NumPy
     reduces over a last axis of 3 slowly.
     """
     r0, g0, b0 = image[..., 0], image[..., 1], image[..., 2]

@@ -5,7 +5,8 @@ Training stops before a step that would end after the budget: after each step th
 included) and ``estimate`` is the mean duration of the last ``window`` loop iterations (an eval or a save inside one
 counts in it, so the estimate errs on the late side). The trainer then evaluates and saves the step it stopped at,
 as at ``--max_steps``; those come after the budget and take their own time. With several ranks one rank out of time
-stops them all (the trainer asks ``deepgen_rl.utils.dist.any_rank``), so no rank waits in a collective for a step the others skip.
+stops them all (the trainer asks ``deepgen_rl.utils.dist.any_rank``), so no rank waits in a collective for a step the
+others skip.
 """
 from __future__ import annotations
 
