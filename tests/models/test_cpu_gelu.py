@@ -118,6 +118,30 @@ def test_predict_velocity_patches_only_when_asked(tiny_model):
     torch.testing.assert_close(v_fast, v, atol=1e-5, rtol=1e-5)
 
 
+def test_predict_velocity_walks_a_dits_modules_once(tiny_model, monkeypatch):
+    """The patch is installed on the first forward of each DiT object, not searched for on every forward."""
+    from deepgen_rl.models.deepgen import cpu_gelu
+
+    model = copy.copy(tiny_model)
+    model.cpu_fast_gelu = True
+    walks = []
+    real = cpu_gelu.use_cpu_fast_gelu
+    monkeypatch.setattr(cpu_gelu, "use_cpu_fast_gelu", lambda m: walks.append(m) or real(m))
+    cond = model.encode_prompts(["a red circle"])
+    latents = torch.randn(1, *model.latent_shape(64, 64), generator=torch.Generator().manual_seed(3))
+    one = dit_from_state(model.transformer, model.transformer.state_dict(), device="cpu", dtype=torch.float32)
+    other = dit_from_state(model.transformer, model.transformer.state_dict(), device="cpu", dtype=torch.float32)
+    with torch.no_grad():
+        for dit in (one, one, other, one, other):
+            model.predict_velocity(latents, torch.tensor([0.5]), cond, transformer=dit)
+    assert walks == [one, other]
+    assert uses_cpu_fast_gelu(one) and uses_cpu_fast_gelu(other)
+    twin = copy.deepcopy(one)  # an EMA made by deepcopy: patched and marked, so no walk either
+    with torch.no_grad():
+        model.predict_velocity(latents, torch.tensor([0.5]), cond, transformer=twin)
+    assert walks == [one, other] and uses_cpu_fast_gelu(twin)
+
+
 @pytest.mark.parametrize("flag", [False, True])
 def test_trainer_flag_reaches_the_model(tmp_path, flag):
     from tests.trainer.helpers import run_inprocess, tiny_model

@@ -15,7 +15,7 @@ from torch import nn
 
 from .conditioning import Conditioning
 from .connector import Connector, ConnectorConfig
-from .cpu_gelu import use_cpu_fast_gelu
+from .cpu_gelu import ensure_cpu_fast_gelu
 from .dit_attention import use_text_masked_attention
 
 logger = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ class DeepGen(nn.Module):
         """
         dit = self.transformer if transformer is None else transformer
         if self.cpu_fast_gelu:
-            use_cpu_fast_gelu(dit)
+            ensure_cpu_fast_gelu(dit)
         dit_dtype = _module_dtype(dit)
         b = latents.shape[0]
         sigma = torch.as_tensor(sigma, device=latents.device, dtype=torch.float32).reshape(-1).expand(b)
