@@ -11,6 +11,12 @@ the same computation. ``share_ode_prefix`` runs those steps once per group (per 
 the group's other images: the images of a group are then bit-identical up to the window, and the DiT runs
 ``(prefix steps) x (groups)`` instead of ``(prefix steps) x (images)`` forwards there. Without sharing they agree to
 floating-point rounding only (a batched forward's result can depend on the batch it runs in).
+
+Reused last velocity (``reuse_last_velocity``): diffusers' shifted flow-matching schedule ends with a step from a
+tiny σ_{T−1} to 0 (σ_{T−1} = 0.009 at 8 steps, shift 3), whose DiT forward barely moves the image. When that step is
+an ODE step, it can take the velocity already computed at step T−2, x_0 = x_{T−1} − σ_{T−1}·v(x_{T−2}, σ_{T−2}),
+which saves one DiT forward per image. No trained (stochastic) step changes; the final images differ from the full
+ODE's by σ_{T−1}·(v_{T−2} − v_{T−1}).
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ class RolloutBatch:
 @torch.no_grad()
 def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigmas: torch.Tensor,
             stochastic: torch.Tensor, sampler: str, eta: float, cfg_scale: float = 0.0, init_same_noise: bool = False,
-            share_ode_prefix: bool = True,
+            share_ode_prefix: bool = True, reuse_last_velocity: bool = False,
             height: int, width: int, seed: int, step: int, rank: int, transformer=None,
             storage_device: str | torch.device = "cpu",
             on_micro_batch: Callable[[list[int], list[Image.Image]], None] | None = None,
@@ -80,6 +86,8 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
     ids are globally unique. SDE noise of micro-batch m comes from (seed, step, rank, m).
     ``share_ode_prefix`` (only acts with ``init_same_noise``): the ODE steps before the first stochastic step run once
     per group of the micro-batch (see the module docstring).
+    ``reuse_last_velocity``: the last step, if it is an ODE step (and T >= 2), reuses step T−2's velocity instead of
+    running the DiT (see the module docstring).
     ``on_micro_batch(indices, images)`` is called as soon as a micro-batch is decoded (the trainer starts its
     reward requests there, so HTTP latency hides behind the next micro-batches).
     """
@@ -112,6 +120,7 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
     # steps [0, prefix) are deterministic and shared by a group's images (same x_T, same prompt)
     prefix = (stochastic_list.index(True) if True in stochastic_list else num_steps) \
         if (init_same_noise and share_ode_prefix) else 0
+    reuse_at = num_steps - 1 if (reuse_last_velocity and num_steps >= 2 and not stochastic_list[-1]) else None
     starts = range(0, n, micro_batch_size)
     bar = tqdm(total=len(starts) * num_steps, desc=f"rollout step {step}", disable=not progress, leave=False)
     for m, s in enumerate(starts):
@@ -131,7 +140,9 @@ def rollout(model, prompt_items, *, rollout_n: int, micro_batch_size: int, sigma
                 torch.tensor([group_ids[i] for i in idx], device=device), return_inverse=True, return_counts=True)
             uniq = torch.cumsum(counts, 0) - counts
         for t in range(num_steps):
-            if t < prefix and len(uniq) < len(idx):
+            if t == reuse_at:
+                pass  # v is step T-2's velocity (see the module docstring)
+            elif t < prefix and len(uniq) < len(idx):
                 sig = torch.full((len(uniq),), sigma_list[t], device=device)
                 v = guided_velocity(model, x.index_select(0, uniq).to(dtype), sig, mb_cond.index_select(uniq),
                                     uncond, cfg_scale, transformer).index_select(0, expand)

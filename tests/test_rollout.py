@@ -157,6 +157,56 @@ def test_shared_ode_prefix_needs_shared_noise_and_a_late_first_stochastic_step(m
         assert calls == want, kw
 
 
+@pytest.mark.parametrize("cfg_scale", [0.0, 4.0])
+def test_reused_last_velocity_saves_one_forward_and_changes_only_the_last_latent(model, cfg_scale):
+    # T = 4, window = step 1: step 0 is the shared ODE prefix, steps 2 and 3 are ODE; one group of 4 images
+    T = 4
+    sig = make_sigmas(T, model.scheduler_shift)
+    kw = dict(sigmas=sig, stochastic=torch.tensor([False, True, False, False]), init_same_noise=True,
+              micro_batch_size=4, cfg_scale=cfg_scale)
+    items = [Item("a red car", "d", 10)]
+    runs = {}
+    for reuse in (False, True):
+        calls = []
+        model.predict_velocity = _counting(model, calls)
+        try:
+            runs[reuse] = (_run(model, items, reuse_last_velocity=reuse, **kw), calls)
+        finally:
+            del model.predict_velocity
+    (plain, calls_plain), (reused, calls_reused) = runs[False], runs[True]
+    k = 2 if cfg_scale > 1.0 else 1
+    assert calls_plain == [k * r for r in [1, 4, 4, 4]] and calls_reused == [k * r for r in [1, 4, 4]]
+    assert torch.equal(reused.latents[:, :T], plain.latents[:, :T]) and torch.equal(reused.log_probs, plain.log_probs)
+    # closed form: x_0 = x_{T-1} - sigma_{T-1} * v(x_{T-2}, sigma_{T-2}), with v recomputed here
+    from deepgen_rl.models.deepgen.model import guided_velocity
+
+    cond = plain.cond.index_select(plain.cond_index)
+    x2, x3 = plain.latents[:, 2], plain.latents[:, 3]
+    s2, s3 = float(sig[2]), float(sig[3])
+    with torch.no_grad():
+        v2 = guided_velocity(model, x2, torch.full((4,), s2), cond, plain.uncond, cfg_scale)
+        v3 = guided_velocity(model, x3, torch.full((4,), s3), cond, plain.uncond, cfg_scale)
+    torch.testing.assert_close(x3, x2 + (s3 - s2) * v2, atol=1e-5, rtol=0)
+    torch.testing.assert_close(reused.latents[:, T], x3 - s3 * v2, atol=1e-5, rtol=0)
+    torch.testing.assert_close(plain.latents[:, T], x3 - s3 * v3, atol=1e-5, rtol=0)
+    assert not torch.equal(reused.latents[:, T], plain.latents[:, T])
+
+
+def test_reused_last_velocity_leaves_a_stochastic_last_step_alone(model):
+    items = [Item("a red car", "d", 10)]
+    runs = []
+    for reuse in (False, True):
+        calls = []
+        model.predict_velocity = _counting(model, calls)
+        try:
+            runs.append((_run(model, items, reuse_last_velocity=reuse, micro_batch_size=4), calls))
+        finally:
+            del model.predict_velocity
+    (plain, calls_plain), (reused, calls_reused) = runs
+    assert calls_plain == calls_reused == [4] * 4
+    assert torch.equal(plain.latents, reused.latents) and torch.equal(plain.log_probs, reused.log_probs)
+
+
 def test_expand_groups_puts_the_prompt_files_fields_under_the_rollout_keys():
     from deepgen_rl.data.prompts import PromptItem
 

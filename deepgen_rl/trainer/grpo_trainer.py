@@ -353,7 +353,8 @@ class DeepGenGRPOTrainer(Trainer):
                             micro_batch_size=args.rollout_micro_batch_size, sigmas=sigmas, stochastic=stochastic,
                             sampler=args.atrain_sde_sampler, eta=args.sde_eta, cfg_scale=args.cfg_scale,
                             init_same_noise=args.init_same_noise,
-                            share_ode_prefix=args.share_ode_prefix, height=args.image_height, width=args.image_width,
+                            share_ode_prefix=args.share_ode_prefix,
+                            reuse_last_velocity=args.reuse_last_velocity, height=args.image_height, width=args.image_width,
                             seed=args.seed, step=step, rank=self.rank, transformer=self.dit_module,
                             storage_device=args.trajectory_device if args.trajectory_device == "cpu" else self.device,
                             on_micro_batch=on_micro_batch, progress=self.rank == 0 and not args.disable_tqdm)

@@ -66,6 +66,17 @@ def test_shared_ode_prefix_smoke():
     assert "bench/shared_ode_prefix.py --smoke" in out
 
 
+def test_reuse_last_velocity_smoke():
+    out = run_smoke("reuse_last_velocity.py")
+    assert "per window start" in out and "max |dx_0|" in out
+    r = ratios(out)
+    # T = 4, one-step window at starts 0-2, 2 groups x 4 images in one micro-batch: the full ODE tail runs
+    # 2s + 8(4 - s) rows (the shared prefix on 2 rows), the reused velocity 8 rows fewer
+    want = sum((2 * s + 8 * (4 - s) - 8) / (2 * s + 8 * (4 - s)) for s in range(3)) / 3
+    assert r["DiT rows reuse / full (mean over window starts)"] == pytest.approx(want, abs=1e-3)
+    assert "bench/reuse_last_velocity.py --smoke" in out
+
+
 def test_gpu_throughput_smoke():
     out = run_smoke("gpu_throughput.py")
     assert "rollout step: DiT fwd + sde_step" in out and "train piece: DiT fwd+bwd + ref fwd" in out
