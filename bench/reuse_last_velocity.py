@@ -142,7 +142,8 @@ def main(argv=None) -> int:
             scores = {k: reward.score(b.images, b.prompts, b.metadata)[0] for k, b in out.items()}
             for k in (True, False):
                 adv[k].append(group_advantages(scores[k], args.rollout_n))
-            line += [float(scores[True].mean()), float(scores[False].mean()), correlation(adv[True][-1], adv[False][-1])]
+            line += [float(scores[True].mean()), float(scores[False].mean()),
+                     correlation(adv[True][-1], adv[False][-1])]
         table.append(line)
     model.predict_velocity = orig
 

@@ -7,15 +7,17 @@
 # at step 0 gave ~0.4x the gradient of one at steps 3-4 for the dearest rollout, one at step 6 ~0.1x, with ~65% of its
 # groups' rewards all equal), the SFT anchor (lambda 0.001, with the recipe's 32 pairs per rank and step: 128 until
 # 2026-12-06, docs/toy_world.md "Where a step's time goes; the recipe's anchor batch"), the `soft_color` reward, the
-# DiT's GELUs computed as x*sigmoid(2u) (--cpu_fast_gelu: the same function to float rounding, ~7% faster steps) and
+# DiT's GELUs computed as x*sigmoid(2u) (--cpu_fast_gelu: the same function to float rounding, ~7% faster steps), the
+# rollout's last step (sigma 0.009 -> 0) taken with the previous step's velocity (--reuse_last_velocity: one DiT
+# forward per image fewer, bench/reuse_last_velocity.py; docs/toy_world.md "One DiT forward fewer per image") and
 # an EMA of the DiT evaluated on the 64 held-out prompts (8 images each, ODE, fixed seeds) every TOY_EVAL_EVERY steps
 # and at the last step; then prints the run's held-out statistics (python -m deepgen_rl.toy.run_report: strict
 # accuracy, claim scores and per-prompt sign tests vs step 0, minutes from launch). The headline figure is the last
 # eval's, not the best's.
 # A wall-clock budget ends the training (docs/toy_world.md, "A time budget"): --max_train_minutes TOY_MINUTES (14)
 # stops before a step that would end later than 14 minutes after the trainer's start, then evaluates and saves that
-# step, so the last eval comes within 15 minutes of launch on any machine: 63-68 steps on the slowest 2-core machine met
-# (AVX2 only, ~12.2-13 s per step), ~100 on the faster ones of the earlier sections (7.5-8.6 s per step). The step
+# step, so the last eval comes within 15 minutes of launch on any machine: 66-70 steps on the slowest 2-core machine met
+# (AVX2 only, ~11.5-12.1 s per step), ~100 on the faster ones of the earlier sections (7.5-8.6 s per step). The step
 # reached depends on the machine's speed; the run up to it does not (TOY_MINUTES=0 TOY_STEPS=N repeats a run that
 # stopped at step N to the last digit). TOY_STEPS (200) is the cap; TOY_MINUTES=0 runs exactly TOY_STEPS steps.
 # scripts/quickstart_env.sh sets glibc's malloc thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
@@ -74,7 +76,7 @@ NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
   --sde_window_range 1,6 --reward_kwargs '{"toy_compositional": {"exclusive": true, "soft_color": true}}' \
   --skip_zero_advantage true \
   --sftaux_coef 0.001 --ema_decay 0.95 --gradient_checkpointing false \
-  --cpu_fast_gelu true \
+  --cpu_fast_gelu true --reuse_last_velocity true \
   --eval_judge false --eval_at_start true --eval_freq "$EVAL_EVERY" --max_steps "$STEPS" --save_steps "$STEPS" \
   --max_train_minutes "$MINUTES" \
   --save_total_limit 1 --log_images_every 0 --reward_workers 2 --seed "$SEED" "$@" > "$OUT/train.log" 2>&1 \
