@@ -85,7 +85,8 @@ class GRPOConfig(TrainingArguments):
         "help": "rollouts: when the last step (sigma_{T-1} -> 0) is an ODE step, take it with the velocity of step "
                 "T-2 instead of one more DiT forward (diffusers' shifted schedule ends at a tiny sigma_{T-1}: 0.009 "
                 "at 8 steps, shift 3); one DiT forward per image fewer, no trained step changed, final images "
-                "nearly the same. Off in the recipe"})
+                "nearly the same. Needs --sde_window_size > 0 (a window always ends before the last step). Off in "
+                "the recipe"})
     trajectory_device: str = field(default="cpu", metadata={"help": "where rollout latents are kept: cpu or device"})
     # ---- policy update ----
     atrain_micro_batch_size: int = field(default=32, metadata={"help": "images per rank per training forward"})
@@ -187,6 +188,9 @@ class GRPOConfig(TrainingArguments):
                 raise ValueError(f"--sde_window_size {self.sde_window_size} does not fit in --sde_window_range "
                                  f"[{lo}, {hi}) of the {self.num_inference_steps} steps (the last step is never "
                                  "stochastic-trained)")
+        if self.reuse_last_velocity and self.sde_window_size == 0:
+            raise ValueError("--reuse_last_velocity needs an SDE window (--sde_window_size > 0): without one every "
+                             "rollout step is stochastic, the last one too, so no ODE step could reuse a velocity")
         if self.eval_inference_mode not in ("ode", "sde"):
             raise ValueError("--eval_inference_mode must be ode or sde")
         if self.trajectory_device not in ("cpu", "device"):

@@ -59,6 +59,11 @@ def test_invalid_layout_message_shows_counts():
     assert "ranks=2" in msg and "20 images" in msg and "per rank: 10 images = 1.25 prompts" in msg
 
 
+def test_reuse_last_velocity_switches_with_a_window():
+    assert parse("--reuse_last_velocity", "true", "--sde_window_size", "1")[2].reuse_last_velocity is True
+    assert parse("--reuse_last_velocity", "false")[2].reuse_last_velocity is False
+
+
 def test_skip_zero_advantage_switches_with_beta_0():
     assert parse("--skip_zero_advantage", "true", "--beta", "0")[2].skip_zero_advantage is True
     assert parse("--skip_zero_advantage", "false")[2].skip_zero_advantage is False
@@ -77,6 +82,7 @@ def test_skip_zero_advantage_switches_with_beta_0():
     (("--adv_clip_max", "0"), "adv_clip_max"),
     (("--sde_window_range", "5"), "lo,hi"),
     (("--sde_window_size", "3", "--sde_window_range", "40,10"), "does not fit"),
+    (("--reuse_last_velocity", "true"), "reuse_last_velocity needs an SDE window"),
     (("--skip_zero_advantage", "true"), "skip_zero_advantage needs --beta 0"),  # the recipe's beta is 5e-7
     (("--skip_zero_advantage", "true", "--beta", "0", "--atrain_algorithm", "diffusionnft"), "DiffusionNFT"),
     (("--skip_zero_advantage", "true", "--beta", "0", "--zero_advantage_tol", "0.5"), "zero_advantage_tol"),

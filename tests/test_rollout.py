@@ -207,6 +207,21 @@ def test_reused_last_velocity_leaves_a_stochastic_last_step_alone(model):
     assert torch.equal(plain.latents, reused.latents) and torch.equal(plain.log_probs, reused.log_probs)
 
 
+def test_the_trainer_flag_takes_one_forward_per_rollout_image_off(tmp_path):
+    """``--reuse_last_velocity`` reaches the trainer's rollout: one training step with a one-step SDE window runs
+    exactly one DiT row per rollout image fewer (8 images: 2 prompts x 4), everything else alike."""
+    from tests.trainer.helpers import run_inprocess, tiny_model
+
+    rows = {}
+    for flag in (False, True):
+        model = tiny_model()
+        seen = []
+        model.predict_velocity = _counting(model, seen)
+        run_inprocess(tmp_path / str(flag), model=model, max_steps=1, sde_window_size=1, reuse_last_velocity=flag)
+        rows[flag] = sum(seen)
+    assert rows[False] - rows[True] == 8, rows
+
+
 def test_expand_groups_puts_the_prompt_files_fields_under_the_rollout_keys():
     from deepgen_rl.data.prompts import PromptItem
 
