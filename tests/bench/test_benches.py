@@ -77,6 +77,14 @@ def test_reuse_last_velocity_smoke():
     assert "bench/reuse_last_velocity.py --smoke" in out
 
 
+def test_toy_reward_smoke():
+    out = run_smoke("toy_reward.py")
+    assert "milliseconds per image" in out and "in both arms" in out  # the arms' arrays and scores are asserted equal
+    r = ratios(out)
+    assert {"hue and vivid: checker / reference", "toy_compositional reward: checker / reference"} <= set(r)
+    assert "bench/toy_reward.py --smoke" in out
+
+
 def test_gpu_throughput_smoke():
     out = run_smoke("gpu_throughput.py")
     assert "rollout step: DiT fwd + sde_step" in out and "train piece: DiT fwd+bwd + ref fwd" in out
