@@ -8,6 +8,7 @@ import shlex
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,61 @@ class RolloutItem:
     dataset: str
     group_id: int
     prompt_index: int
+
+
+TINY_PROMPTS = ["a red apple on a table", "a blue car in the rain"]  # what the rollout benches give the tiny model
+
+
+def add_rollout_args(p, *, groups: int, repeats: int) -> None:
+    """The rollout benches' common options (model, T, groups x rollout-n images, micro-batch, size, alternating
+    rounds, threads, --smoke); ``apply_rollout_smoke`` then applies --smoke's settings."""
+    p.add_argument("--model", default="toy", choices=["toy", "tiny"])
+    p.add_argument("--T", type=int, default=8, help="rollout steps (the toy runs: 8)")
+    p.add_argument("--groups", type=int, default=groups, help="prompts per rollout")
+    p.add_argument("--rollout-n", type=int, default=8, help="images per prompt")
+    p.add_argument("--micro-batch", type=int, default=64, help="rollout micro-batch size")
+    p.add_argument("--size", type=int, default=64, help="image side in pixels")
+    p.add_argument("--repeats", type=int, default=repeats, help="alternating rounds per window start")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (OMP_NUM_THREADS)")
+    p.add_argument("--smoke", action="store_true", help="tiny preset, 32 px, T=4, 2 groups x 4 (seconds)")
+
+
+def apply_rollout_smoke(args) -> None:
+    """--smoke: the tiny preset, 32 px, T = 4, 2 groups x 4 images in one micro-batch, one round."""
+    if args.smoke:
+        args.model, args.T, args.groups, args.rollout_n, args.micro_batch, args.size, args.repeats = \
+            "tiny", 4, 2, 4, 8, 32, 1
+
+
+def load_rollout_model(name: str, smoke: bool, toy_variant: str):
+    """The tiny random DeepGen ("tiny": its "tiny" preset with ``smoke``, else "small") or the cached toy DeepGen
+    of ``toy_variant`` ("toy", built once if absent)."""
+    from deepgen_rl.models import build_model
+
+    if name == "tiny":
+        return build_model(TINY_CONFIG, tiny_preset="tiny" if smoke else "small")
+    from deepgen_rl.toy.model import ensure_toy_deepgen, model_dir_overrides
+    from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
+
+    root = ensure_toy_deepgen(progress=True, variant=toy_variant)["root"]
+    return build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root))
+
+
+@contextmanager
+def counting_dit_rows(model):
+    """Within the block, ``model.predict_velocity`` appends the rows of each DiT call to the yielded list."""
+    rows: list[int] = []
+    orig = model.predict_velocity
+
+    def counting(latents, sigma, cond, transformer=None):
+        rows.append(latents.shape[0])
+        return orig(latents, sigma, cond, transformer=transformer)
+
+    model.predict_velocity = counting
+    try:
+        yield rows
+    finally:
+        del model.predict_velocity  # the class's method again
 
 
 def setup_env(threads: int) -> None:

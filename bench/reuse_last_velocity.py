@@ -12,8 +12,9 @@ the option on and off, alternating (``--repeats`` rounds, median per arm), from 
 the DiT rows counted by a wrapper of ``predict_velocity`` (closed form: one step's rows fewer), seconds per rollout of
 each arm and their ratio, max |x_0 difference|. With ``--model toy`` (the headline's cached ``slots_wide`` toy
 DeepGen, 64 px) also the ``toy_compositional`` reward (exclusive, soft colour: the headline's) of both arms' images:
-mean reward, and the correlation of the group-normalised advantages (groups whose rewards are all equal in both arms
-left out), which is what GRPO's gradient is made of. ``--model tiny`` (the random tiny model, no reward) times only.
+mean reward, and the correlation of the advantages the trainer computes from it (``compute_advantages``, gdpo; images
+whose advantage is 0 in both arms, i.e. groups with all rewards equal, left out), which is what GRPO's gradient is made
+of. ``--model tiny`` (the random tiny model, no reward) times only.
 """
 from __future__ import annotations
 
@@ -24,56 +25,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (TINY_CONFIG, RolloutItem, load_note, median, print_ratio, print_rerun,  # noqa: E402
-                     print_table, setup_env)
+from _common import (TINY_PROMPTS, RolloutItem, add_rollout_args, apply_rollout_smoke,  # noqa: E402
+                     counting_dit_rows, load_note, load_rollout_model, median, print_ratio, print_rerun, print_table,
+                     setup_env)
 
 TOY_PROMPTS = "assets/rl_datasets/toy/rl_prompts.jsonl"  # the held-out relations the headline's RL mostly draws
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="toy", choices=["toy", "tiny"])
-    p.add_argument("--T", type=int, default=8, help="rollout steps (the toy runs: 8)")
-    p.add_argument("--groups", type=int, default=32, help="prompts per rollout")
-    p.add_argument("--rollout-n", type=int, default=8, help="images per prompt")
-    p.add_argument("--micro-batch", type=int, default=64, help="rollout micro-batch size")
-    p.add_argument("--size", type=int, default=64, help="image side in pixels")
-    p.add_argument("--repeats", type=int, default=2, help="alternating rounds per window start")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (OMP_NUM_THREADS)")
-    p.add_argument("--smoke", action="store_true", help="tiny preset, 32 px, T=4, 2 groups x 4 (seconds)")
+    add_rollout_args(p, groups=32, repeats=2)
     args = p.parse_args(argv)
-    if args.smoke:
-        args.model, args.T, args.groups, args.rollout_n, args.micro_batch, args.size, args.repeats = \
-            "tiny", 4, 2, 4, 8, 32, 1
+    apply_rollout_smoke(args)
     if args.T < 2:
         p.error(f"--T must be >= 2 (a last step to reuse a velocity for), got {args.T}")
     return args
 
 
 def load_model(args):
-    from deepgen_rl.models import build_model
-
+    model = load_rollout_model(args.model, args.smoke, "slots_wide")
     if args.model == "tiny":
-        return build_model(TINY_CONFIG, tiny_preset="tiny" if args.smoke else "small"), \
-            ["a red apple on a table", "a blue car in the rain"]
+        return model, TINY_PROMPTS
     import json
 
-    from deepgen_rl.toy.model import ensure_toy_deepgen, model_dir_overrides
-    from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
-
-    root = ensure_toy_deepgen(progress=True, variant="slots_wide")["root"]
     with open(Path(__file__).resolve().parents[1] / TOY_PROMPTS) as f:
         prompts = [json.loads(line)["prompt"] for line in f if line.strip()]
-    return build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root)), prompts[::max(1, len(prompts) // args.groups)]
-
-
-def group_advantages(rewards, n: int):
-    """(groups·n) rewards -> (r − group mean) / group std (0 where the group's rewards are all equal)."""
-    import torch
-
-    r = torch.as_tensor(rewards, dtype=torch.float64).reshape(-1, n)
-    std = r.std(dim=1, keepdim=True)
-    return torch.where(std > 1e-12, (r - r.mean(dim=1, keepdim=True)) / std.clamp_min(1e-12), 0.0).reshape(-1)
+    return model, prompts[::max(1, len(prompts) // args.groups)]
 
 
 def correlation(a, b) -> float:
@@ -89,6 +66,7 @@ def main(argv=None) -> int:
     setup_env(args.threads)
     import torch
 
+    from deepgen_rl.rl.advantages import compute_advantages
     from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, make_sigmas, stochastic_step_mask
     from deepgen_rl.rollout import rollout
 
@@ -100,23 +78,19 @@ def main(argv=None) -> int:
         reward = ToyCompositionalReward(exclusive=True, soft_color=True)
     items = [RolloutItem(texts[g % len(texts)], "bench", g, g) for g in range(args.groups)]
     sigmas = make_sigmas(args.T, model.scheduler_shift)
-    rows_seen: list[int] = []
-    orig = model.predict_velocity
-
-    def counting(latents, sigma, cond, transformer=None):
-        rows_seen.append(latents.shape[0])
-        return orig(latents, sigma, cond, transformer=transformer)
-
-    model.predict_velocity = counting
 
     def run(start: int, reuse: bool):
         stochastic = torch.tensor(stochastic_step_mask(args.T, (start, start + 1)))
-        rows_seen.clear()
-        t = time.perf_counter()
-        batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch, sigmas=sigmas,
-                        stochastic=stochastic, sampler=DEFAULT_SDE_SAMPLER, eta=0.7, init_same_noise=True,
-                        reuse_last_velocity=reuse, height=args.size, width=args.size, seed=0, step=start, rank=0)
-        return time.perf_counter() - t, sum(rows_seen), batch
+        with counting_dit_rows(model) as rows:
+            t = time.perf_counter()
+            batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch, sigmas=sigmas,
+                            stochastic=stochastic, sampler=DEFAULT_SDE_SAMPLER, eta=0.7, init_same_noise=True,
+                            reuse_last_velocity=reuse, height=args.size, width=args.size, seed=0, step=start, rank=0)
+            dt = time.perf_counter() - t
+        return dt, sum(rows), batch
+
+    def advantages(scores, batch):  # what the trainer computes from one reward (gdpo, weight 1)
+        return compute_advantages("gdpo", scores, torch.ones(1), batch.group_ids).advantages
 
     n = args.groups * args.rollout_n
     run(0, True)  # warm-up (allocator, first-call overheads)
@@ -130,8 +104,7 @@ def main(argv=None) -> int:
                 dt, r, batch = run(start, reuse)
                 times[reuse].append(dt)
                 rows[reuse], out[reuse] = r, batch
-        per_step = sum(min(args.micro_batch, n - s) for s in range(0, n, args.micro_batch))
-        assert rows[False] - rows[True] == per_step, (rows, per_step)
+        assert rows[False] - rows[True] == n, rows  # the last step's rows: one per image
         assert torch.equal(out[True].latents[:, :args.T], out[False].latents[:, :args.T])
         t_reuse, t_full = median(times[True]), median(times[False])
         row_ratios.append(rows[True] / rows[False])
@@ -141,12 +114,10 @@ def main(argv=None) -> int:
         if reward is not None:
             scores = {k: reward.score(b.images, b.prompts, b.metadata)[0] for k, b in out.items()}
             for k in (True, False):
-                adv[k].append(group_advantages(scores[k], args.rollout_n))
+                adv[k].append(advantages(scores[k], out[k]))
             line += [float(scores[True].mean()), float(scores[False].mean()),
                      correlation(adv[True][-1], adv[False][-1])]
         table.append(line)
-    model.predict_velocity = orig
-
     print(f"\nReused last velocity: model {args.model!r}, {args.groups} prompts x {args.rollout_n} images, {args.size} "
           f"px, T = {args.T}, one-step SDE window at each start, micro-batch {args.micro_batch}, {args.repeats} "
           f"alternating rounds (median), {args.threads} thread(s); {load_note()}")

@@ -25,42 +25,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (TINY_CONFIG, RolloutItem, load_note, median, print_ratio, print_rerun,  # noqa: E402
-                     print_table, setup_env)
+from _common import (TINY_PROMPTS, RolloutItem, add_rollout_args, apply_rollout_smoke,  # noqa: E402
+                     counting_dit_rows, load_note, load_rollout_model, median, print_ratio, print_rerun, print_table,
+                     setup_env)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="toy", choices=["toy", "tiny"])
-    p.add_argument("--T", type=int, default=8, help="rollout steps (the toy runs: 8)")
+    add_rollout_args(p, groups=8, repeats=3)
     p.add_argument("--window", type=int, default=2, help="SDE window size (the toy runs: 2)")
-    p.add_argument("--groups", type=int, default=8, help="prompts per rollout")
-    p.add_argument("--rollout-n", type=int, default=8, help="images per prompt")
-    p.add_argument("--micro-batch", type=int, default=64, help="rollout micro-batch size")
-    p.add_argument("--size", type=int, default=64, help="image side in pixels")
-    p.add_argument("--repeats", type=int, default=3, help="alternating rounds per window start")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (OMP_NUM_THREADS)")
-    p.add_argument("--smoke", action="store_true", help="tiny preset, 32 px, T=4, 2 groups x 4 (seconds)")
     args = p.parse_args(argv)
-    if args.smoke:
-        args.model, args.T, args.groups, args.rollout_n, args.micro_batch, args.size, args.repeats = \
-            "tiny", 4, 2, 4, 8, 32, 1
+    apply_rollout_smoke(args)
     if not 1 <= args.window <= args.T - 1:
         p.error(f"--window must be in 1..T-1 (the last step is never stochastic; T = {args.T}), got {args.window}")
     return args
 
 
 def load_model(args):
-    from deepgen_rl.models import build_model
-
-    if args.model == "tiny":
-        return build_model(TINY_CONFIG, tiny_preset="tiny" if args.smoke else "small"), \
-            ["a red apple on a table", "a blue car in the rain"]
-    from deepgen_rl.toy.model import ensure_toy_deepgen, model_dir_overrides
-    from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
-
-    root = ensure_toy_deepgen(progress=True, variant="slots")["root"]
-    return build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root)), \
+    model = load_rollout_model(args.model, args.smoke, "slots")
+    return model, TINY_PROMPTS if args.model == "tiny" else \
         ["a red circle left of a blue square", "a green triangle above a yellow circle"]
 
 
@@ -75,23 +58,16 @@ def main(argv=None) -> int:
     model, texts = load_model(args)
     items = [RolloutItem(texts[g % len(texts)], "bench", g, g) for g in range(args.groups)]
     sigmas = make_sigmas(args.T, model.scheduler_shift)
-    rows_seen: list[int] = []
-    orig = model.predict_velocity
-
-    def counting(latents, sigma, cond, transformer=None):
-        rows_seen.append(latents.shape[0])
-        return orig(latents, sigma, cond, transformer=transformer)
-
-    model.predict_velocity = counting
 
     def run(start: int, share: bool):
         stochastic = torch.tensor(stochastic_step_mask(args.T, (start, start + args.window)))
-        rows_seen.clear()
-        t = time.perf_counter()
-        batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch, sigmas=sigmas,
-                        stochastic=stochastic, sampler=DEFAULT_SDE_SAMPLER, eta=0.7, init_same_noise=True,
-                        share_ode_prefix=share, height=args.size, width=args.size, seed=0, step=start, rank=0)
-        return time.perf_counter() - t, sum(rows_seen), batch.latents
+        with counting_dit_rows(model) as rows:
+            t = time.perf_counter()
+            batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch, sigmas=sigmas,
+                            stochastic=stochastic, sampler=DEFAULT_SDE_SAMPLER, eta=0.7, init_same_noise=True,
+                            share_ode_prefix=share, height=args.size, width=args.size, seed=0, step=start, rank=0)
+            dt = time.perf_counter() - t
+        return dt, sum(rows), batch.latents
 
     n = args.groups * args.rollout_n
     run(0, True)  # warm-up (allocator, first-call overheads)
@@ -114,8 +90,6 @@ def main(argv=None) -> int:
         time_ratios.append(t_share / t_plain)
         table.append([start, rows[True], rows[False], row_ratios[-1], t_share, t_plain, time_ratios[-1],
                       float((lat[True] - lat[False]).abs().max())])
-    model.predict_velocity = orig
-
     print(f"\nShared ODE prefix: model {args.model!r}, {args.groups} prompts x {args.rollout_n} images, "
           f"{args.size} px, T = {args.T}, SDE window {args.window} at each start, micro-batch {args.micro_batch}, "
           f"{args.repeats} alternating rounds (median), {args.threads} thread(s); {load_note()}")

@@ -4,6 +4,7 @@ step."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -79,8 +80,10 @@ def test_trajectory_and_log_probs_are_consistent(model):
     assert abs(float(px) - float(dec)) < 2e-3
 
 
-def test_cfg_uses_one_batched_forward(model):
-    calls = []
+@contextmanager
+def _counting_rows(model):
+    """Within the block, ``model.predict_velocity`` appends the rows of each DiT call to the yielded list."""
+    calls: list[int] = []
     orig = model.predict_velocity
 
     def counting(latents, sigma, cond, transformer=None):
@@ -89,21 +92,21 @@ def test_cfg_uses_one_batched_forward(model):
 
     model.predict_velocity = counting
     try:
-        b = _run(model, [Item("a cat", "d", 1)], cfg_scale=4.0, micro_batch_size=4)
+        yield calls
     finally:
         del model.predict_velocity
+
+
+def _counted_run(model, items, **kw):
+    """``_run`` and the rows of each DiT call it made."""
+    with _counting_rows(model) as calls:
+        return _run(model, items, **kw), calls
+
+
+def test_cfg_uses_one_batched_forward(model):
+    b, calls = _counted_run(model, [Item("a cat", "d", 1)], cfg_scale=4.0, micro_batch_size=4)
     assert calls == [8] * 4  # cond + uncond stacked, one forward per step
     assert b.num_prompt_encodings == 2  # the prompt + the empty prompt
-
-
-def _counting(model, calls):
-    orig = model.predict_velocity
-
-    def counting(latents, sigma, cond, transformer=None):
-        calls.append(latents.shape[0])
-        return orig(latents, sigma, cond, transformer=transformer)
-
-    return counting
 
 
 @pytest.mark.parametrize("cfg_scale", [0.0, 4.0])
@@ -115,15 +118,8 @@ def test_shared_ode_prefix_runs_once_per_group_and_matches_the_per_image_rollout
     items = [Item("a red car", "d", 10), Item("a blue bird", "d", 11), Item("a red car", "d", 12)]
     kw = dict(sigmas=make_sigmas(T, model.scheduler_shift), stochastic=stochastic, init_same_noise=True,
               micro_batch_size=5, cfg_scale=cfg_scale)
-    runs = {}
-    for share in (True, False):
-        calls = []
-        model.predict_velocity = _counting(model, calls)
-        try:
-            runs[share] = (_run(model, items, share_ode_prefix=share, **kw), calls)
-        finally:
-            del model.predict_velocity
-    (shared, calls_shared), (plain, calls_plain) = runs[True], runs[False]
+    (shared, calls_shared), (plain, calls_plain) = (_counted_run(model, items, share_ode_prefix=share, **kw)
+                                                    for share in (True, False))
     k = 2 if cfg_scale > 1.0 else 1  # CFG stacks cond + uncond in one forward
     # closed form: per micro-batch, 3 prefix steps on (groups in it) rows, then 3 steps on all its rows
     assert calls_shared == [k * r for r in [2] * 3 + [5] * 3 + [2] * 3 + [5] * 3 + [1] * 3 + [2] * 3]
@@ -148,12 +144,7 @@ def test_shared_ode_prefix_needs_shared_noise_and_a_late_first_stochastic_step(m
                      (dict(init_same_noise=True, stochastic=torch.ones(4, dtype=torch.bool)), [4] * 4),
                      (dict(init_same_noise=True, stochastic=torch.tensor([False, False, True, False])),
                       [1, 1, 4, 4])]:
-        calls = []
-        model.predict_velocity = _counting(model, calls)
-        try:
-            _run(model, items, micro_batch_size=4, **kw)
-        finally:
-            del model.predict_velocity
+        _, calls = _counted_run(model, items, micro_batch_size=4, **kw)
         assert calls == want, kw
 
 
@@ -165,15 +156,8 @@ def test_reused_last_velocity_saves_one_forward_and_changes_only_the_last_latent
     kw = dict(sigmas=sig, stochastic=torch.tensor([False, True, False, False]), init_same_noise=True,
               micro_batch_size=4, cfg_scale=cfg_scale)
     items = [Item("a red car", "d", 10)]
-    runs = {}
-    for reuse in (False, True):
-        calls = []
-        model.predict_velocity = _counting(model, calls)
-        try:
-            runs[reuse] = (_run(model, items, reuse_last_velocity=reuse, **kw), calls)
-        finally:
-            del model.predict_velocity
-    (plain, calls_plain), (reused, calls_reused) = runs[False], runs[True]
+    (plain, calls_plain), (reused, calls_reused) = (_counted_run(model, items, reuse_last_velocity=reuse, **kw)
+                                                    for reuse in (False, True))
     k = 2 if cfg_scale > 1.0 else 1
     assert calls_plain == [k * r for r in [1, 4, 4, 4]] and calls_reused == [k * r for r in [1, 4, 4]]
     assert torch.equal(reused.latents[:, :T], plain.latents[:, :T]) and torch.equal(reused.log_probs, plain.log_probs)
@@ -194,15 +178,8 @@ def test_reused_last_velocity_saves_one_forward_and_changes_only_the_last_latent
 
 def test_reused_last_velocity_leaves_a_stochastic_last_step_alone(model):
     items = [Item("a red car", "d", 10)]
-    runs = []
-    for reuse in (False, True):
-        calls = []
-        model.predict_velocity = _counting(model, calls)
-        try:
-            runs.append((_run(model, items, reuse_last_velocity=reuse, micro_batch_size=4), calls))
-        finally:
-            del model.predict_velocity
-    (plain, calls_plain), (reused, calls_reused) = runs
+    (plain, calls_plain), (reused, calls_reused) = (
+        _counted_run(model, items, reuse_last_velocity=reuse, micro_batch_size=4) for reuse in (False, True))
     assert calls_plain == calls_reused == [4] * 4
     assert torch.equal(plain.latents, reused.latents) and torch.equal(plain.log_probs, reused.log_probs)
 
@@ -215,9 +192,9 @@ def test_the_trainer_flag_takes_one_forward_per_rollout_image_off(tmp_path):
     rows = {}
     for flag in (False, True):
         model = tiny_model()
-        seen = []
-        model.predict_velocity = _counting(model, seen)
-        run_inprocess(tmp_path / str(flag), model=model, max_steps=1, sde_window_size=1, reuse_last_velocity=flag)
+        with _counting_rows(model) as seen:
+            run_inprocess(tmp_path / str(flag), model=model, max_steps=1, sde_window_size=1,
+                          reuse_last_velocity=flag)
         rows[flag] = sum(seen)
     assert rows[False] - rows[True] == 8, rows
 
