@@ -123,7 +123,8 @@ def color_labels(image: np.ndarray | None, hue_vivid: tuple[np.ndarray, np.ndarr
     dist = np.abs(hue[vivid][:, None] - hues)  # only vivid pixels get a colour
     dist = np.minimum(dist, 360 - dist)
     labels = np.full(vivid.shape, -1, dtype=np.int8)
-    labels[vivid] = np.where(dist.min(-1) <= MAX_HUE_DISTANCE, dist.argmin(-1), -1)
+    nearest = dist.argmin(-1)  # one pass over dist; the nearest hue's distance is read back, not recomputed
+    labels[vivid] = np.where(np.take_along_axis(dist, nearest[:, None], -1)[:, 0] <= MAX_HUE_DISTANCE, nearest, -1)
     return labels
 
 
