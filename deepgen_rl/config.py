@@ -23,7 +23,8 @@ from deepgen_rl.rl.samplers import DEFAULT_SDE_ETA, DEFAULT_SDE_SAMPLER, SDE_SAM
 # float flags that must be finite (a NaN passes every ">" check and poisons the run silently)
 FINITE_FLOATS = ("learning_rate", "weight_decay", "max_grad_norm", "cfg_scale", "sde_eta", "beta",
                  "clip_range", "adv_clip_max", "timestep_fraction", "diffusionnft_beta", "ema_decay", "sftaux_coef",
-                 "save_steps", "logging_steps", "debug_checkpoint_delay_s", "max_train_minutes")
+                 "save_steps", "logging_steps", "debug_checkpoint_delay_s", "max_train_minutes",
+                 "max_train_minutes_from")
 
 
 @dataclass
@@ -55,11 +56,14 @@ class GRPOConfig(TrainingArguments):
         default=20, metadata={"help": "LR warm-up optimizer steps (the recipe's 20; >= 1 is a count, < 1 a ratio)"})
     gradient_checkpointing: bool = field(default=True, metadata={"help": "activation checkpointing in the DiT"})
     max_train_minutes: float = field(default=0.0, metadata={
-        "help": ">0: a wall-clock budget. Training stops before a step that would end after this many minutes from "
-                "the start of training in this process (the step-0 eval included; a resumed run gets the whole "
-                "budget again; a step's time is estimated as the mean of the last 5, evals and saves inside them "
-                "included), then evaluates and saves as at --max_steps, which stays the cap. The ranks stop "
-                "together. 0 = no budget"})
+        "help": ">0: a wall-clock budget. Training stops before a step that, with an eval after it, would end after "
+                "this many minutes from the start of training in this process or from --max_train_minutes_from (the "
+                "step-0 eval included; a resumed run gets the whole budget again; a step's time is estimated as the "
+                "mean of the last 5 without their evals, an eval's as the longest timed, when --eval_freq > 0), then "
+                "evaluates and saves as at --max_steps, which stays the cap. The ranks stop together. 0 = no budget"})
+    max_train_minutes_from: float = field(default=0.0, metadata={
+        "help": "Unix time (seconds) that --max_train_minutes counts from, e.g. a launch script's start, so that the "
+                "budget covers start-up too; 0 = the start of training in this process"})
     cpu_fast_gelu: bool = field(default=False, metadata={
         "help": "compute the DiT's tanh GELUs of CPU tensors as x*sigmoid(2u) (the same function to float rounding; "
                 "~3x faster than ATen's on an AVX2 CPU: a toy-DiT forward takes 0.9x the time); CUDA tensors are "
@@ -179,6 +183,9 @@ class GRPOConfig(TrainingArguments):
             raise ValueError("--clip_range and --adv_clip_max must be > 0")
         if self.max_train_minutes < 0:
             raise ValueError(f"--max_train_minutes must be >= 0 (0 = no budget), got {self.max_train_minutes}")
+        if self.max_train_minutes_from < 0:
+            raise ValueError("--max_train_minutes_from must be a Unix time in seconds (0 = the start of training), "
+                             f"got {self.max_train_minutes_from}")
         if self.sde_window_size < 0:
             raise ValueError("--sde_window_size must be >= 0")
         window_range = self.window_range()  # validates the 'lo,hi' format

@@ -239,10 +239,13 @@ class DeepGenGRPOTrainer(Trainer):
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         self._executor = DaemonExecutor(max_workers=max(1, args.reward_workers), thread_name_prefix="reward")
         self.history: list[dict] = []
-        budget, out_of_time = TimeBudget(args.max_train_minutes), False
+        budget, out_of_time = TimeBudget(args.max_train_minutes, start_unix=args.max_train_minutes_from), False
+        if budget.active and args.max_train_minutes_from and self.rank == 0:
+            logger.warning(f"--max_train_minutes {args.max_train_minutes:g}: {budget.elapsed_s() / 60:.2f} of them "
+                           "spent before training")
         try:
             if args.eval_at_start and start_step == 0:
-                self._maybe_eval(0, force=True)
+                self._timed_eval(budget, 0, force=True)
             for step in range(start_step, max_steps):
                 t_loop = budget.clock()
                 metrics = self.grpo_step(step)
@@ -254,10 +257,11 @@ class DeepGenGRPOTrainer(Trainer):
                 self.control = self.callback_handler.on_step_end(args, self.state, self.control)
                 if args.save_steps and (step + 1) % int(args.save_steps) == 0:
                     self.save_checkpoint(step + 1)
-                self._maybe_eval(step + 1)
+                t_eval = budget.clock()
+                self._timed_eval(budget, step + 1)
                 if self.control.should_training_stop:
                     break
-                budget.step_done(budget.clock() - t_loop)
+                budget.step_done(t_eval - t_loop)
                 if budget.active and step + 1 < max_steps and dist.any_rank(budget.next_step_would_overrun()):
                     out_of_time = True
                     break
@@ -273,14 +277,20 @@ class DeepGenGRPOTrainer(Trainer):
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.history
 
+    def _timed_eval(self, budget: TimeBudget, step: int, force: bool = False) -> None:
+        """``_maybe_eval``, its duration kept by the budget when a step's eval will follow the budget's stop."""
+        t = budget.clock()
+        if self._maybe_eval(step, force=force) and self.args.eval_freq:
+            budget.eval_done(budget.clock() - t)
+
     def _stop_for_time(self, budget: TimeBudget) -> None:
         """Stopped by --max_train_minutes: say so, and evaluate the last step (the checkpoint follows in train)."""
         step = self.state.global_step
         if self.rank == 0:
             logger.warning(
                 f"--max_train_minutes {self.args.max_train_minutes:g}: stopping after step {step} of "
-                f"{self.state.max_steps} ({budget.elapsed_s() / 60:.2f} minutes of training; a step takes "
-                f"~{budget.step_estimate_s():.1f} s); evaluating and saving step {step} (--max_steps {step} without "
+                f"{self.state.max_steps} ({budget.elapsed_s() / 60:.2f} minutes of the budget spent; a step takes "
+                f"~{budget.step_estimate_s():.1f} s, an eval ~{budget.eval_reserve_s:.1f} s); evaluating and saving step {step} (--max_steps {step} without "
                 "a budget trains the same weights)")
         if self.args.eval_freq and step % self.args.eval_freq:
             self._maybe_eval(step, force=True)  # the eval_freq steps were evaluated in the loop
@@ -549,10 +559,12 @@ class DeepGenGRPOTrainer(Trainer):
         return m
 
     # ------------------------------------------------------------------ evaluation
-    def _maybe_eval(self, step: int, force: bool = False) -> None:
+    def _maybe_eval(self, step: int, force: bool = False) -> bool:
+        """Evaluate at ``step`` when an eval set is given and ``force`` or ``step`` is an eval_freq step; True if it
+        did."""
         args = self.args
         if not self.eval_dataset_config or (not force and (not args.eval_freq or step % args.eval_freq)):
-            return
+            return False
         from deepgen_rl.trainer.eval_hook import ema_transformer, load_training_eval_specs, run_training_eval
 
         specs = load_training_eval_specs(self.eval_dataset_config, args.eval_max_prompts)
@@ -566,6 +578,7 @@ class DeepGenGRPOTrainer(Trainer):
             progress=self.rank == 0 and not args.disable_tqdm)
         if metrics:
             self.log(metrics)
+        return True
 
     # ------------------------------------------------------------------ checkpoints
     def stateful_parts(self) -> dict:

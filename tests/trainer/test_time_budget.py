@@ -44,6 +44,42 @@ def test_budget_stops_when_elapsed_plus_the_mean_of_the_last_steps_passes_it():
     assert b2.next_step_would_overrun()
 
 
+def test_budget_keeps_room_for_the_longest_eval_and_leaves_evals_out_of_the_step_estimate():
+    clock = FakeClock()
+    b = TimeBudget(1.0, clock=clock, window=2)  # 60 s
+    clock.now += 5  # a start eval of 5 s
+    b.eval_done(5)
+    clock.now += 10
+    b.step_done(10)
+    assert not b.next_step_would_overrun()  # 15 + 10 + 5 = 30
+    clock.now += 12 + 8  # a step of 12 s, then an eval_freq eval of 8 s (recorded apart)
+    b.step_done(12)
+    b.eval_done(8)
+    assert b.step_estimate_s() == 11 and b.eval_reserve_s == 8
+    assert not b.next_step_would_overrun()  # 35 + 11 + 8 = 54
+    clock.now += 10
+    b.step_done(10)
+    # 45 + 11 + 8 = 64 > 60; without the eval's reserve (45 + 11 = 56) the step would run and its eval end at 64
+    assert b.next_step_would_overrun()
+    b.eval_done(3)
+    assert b.eval_reserve_s == 8  # the longest eval is kept
+
+
+def test_budget_counts_from_a_given_unix_time():
+    clock = FakeClock()  # also the wall clock here
+    b = TimeBudget(1.0, clock=clock, start_unix=clock.now - 30, wall=clock)
+    assert b.elapsed_s() == 30
+    clock.now += 20
+    b.step_done(20)
+    assert b.elapsed_s() == 50 and b.next_step_would_overrun()  # 50 + 20 > 60
+    assert TimeBudget(1.0, clock=clock, start_unix=clock.now + 0.5, wall=clock).elapsed_s() == 0  # clock jitter
+    with pytest.raises(ValueError, match="in the future"):
+        TimeBudget(1.0, clock=clock, start_unix=clock.now + 10, wall=clock)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="Unix time"):
+            TimeBudget(1.0, clock=clock, start_unix=bad, wall=clock)
+
+
 def test_no_budget_never_stops_and_bad_budgets_are_refused():
     clock = FakeClock()
     b = TimeBudget(0.0, clock=clock)
@@ -65,6 +101,8 @@ def test_max_train_minutes_is_validated():
         GRPOConfig(output_dir="/tmp/x", report_to="none", max_train_minutes=-0.5)
     with pytest.raises(ValueError, match="max_train_minutes"):
         GRPOConfig(output_dir="/tmp/x", report_to="none", max_train_minutes=float("nan"))
+    with pytest.raises(ValueError, match="--max_train_minutes_from must be a Unix time"):
+        GRPOConfig(output_dir="/tmp/x", report_to="none", max_train_minutes_from=-1.0)
 
 
 def test_trainer_stops_at_the_budget_then_evaluates_and_saves_the_weights_of_a_run_that_long(tmp_path, monkeypatch,
@@ -73,7 +111,7 @@ def test_trainer_stops_at_the_budget_then_evaluates_and_saves_the_weights_of_a_r
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
 
     clock = FakeClock()  # every GRPO step takes 10 fake seconds; the budget is 0.5 minutes
-    monkeypatch.setattr(grpo_trainer, "TimeBudget", lambda minutes: TimeBudget(minutes, clock=clock))
+    monkeypatch.setattr(grpo_trainer, "TimeBudget", lambda minutes, **kw: TimeBudget(minutes, clock=clock, **kw))
     step = DeepGenGRPOTrainer.grpo_step
 
     def ten_seconds(self, s):
@@ -103,6 +141,39 @@ def test_trainer_stops_at_the_budget_then_evaluates_and_saves_the_weights_of_a_r
     evals.clear()
     _, history = run_inprocess(tmp_path / "none", max_steps=4, eval_freq=2)
     assert len(history) == 4 and evals == [(1, False), (2, False), (3, False), (4, False)]
+
+
+def test_trainer_keeps_room_for_the_eval_after_its_last_step(tmp_path, monkeypatch):
+    from deepgen_rl.trainer import grpo_trainer
+    from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
+
+    clock = FakeClock()  # steps take 10 fake seconds, evals 5; the budget is 0.75 minutes (45 s)
+    monkeypatch.setattr(grpo_trainer, "TimeBudget", lambda minutes, **kw: TimeBudget(minutes, clock=clock, **kw))
+    step = DeepGenGRPOTrainer.grpo_step
+
+    def ten_seconds(self, s):
+        out = step(self, s)
+        clock.now += 10.0
+        return out
+
+    evals = []
+
+    def five_second_eval(self, s, force=False):
+        if not (force or s % self.args.eval_freq == 0):
+            return False
+        clock.now += 5.0
+        evals.append((s, force, clock.now - 100.0))
+        return True
+
+    monkeypatch.setattr(DeepGenGRPOTrainer, "grpo_step", ten_seconds)
+    monkeypatch.setattr(DeepGenGRPOTrainer, "_maybe_eval", five_second_eval)
+    # start eval 0-5 s; steps end at 15, 25, 35; after step 3: 35 + 10 + 5 = 50 > 45, so it stops there and its
+    # forced eval ends at 40 s (counting the start eval's 5 s and the next step only, 35 + 10 = 45, would have run
+    # step 4 and ended its eval at 50 s)
+    _, history = run_inprocess(tmp_path / "budget", max_steps=6, max_train_minutes=0.75, eval_freq=100,
+                               eval_at_start=True)
+    assert len(history) == 3
+    assert evals == [(0, True, 5.0), (3, True, 40.0)]
 
 
 def test_one_rank_out_of_time_stops_every_rank(tmp_path):
