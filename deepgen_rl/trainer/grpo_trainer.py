@@ -290,8 +290,8 @@ class DeepGenGRPOTrainer(Trainer):
             logger.warning(
                 f"--max_train_minutes {self.args.max_train_minutes:g}: stopping after step {step} of "
                 f"{self.state.max_steps} ({budget.elapsed_s() / 60:.2f} minutes of the budget spent; a step takes "
-                f"~{budget.step_estimate_s():.1f} s, an eval ~{budget.eval_reserve_s:.1f} s); evaluating and saving step {step} (--max_steps {step} without "
-                "a budget trains the same weights)")
+                f"~{budget.step_estimate_s():.1f} s, an eval ~{budget.eval_reserve_s:.1f} s); evaluating and saving "
+                f"step {step} (--max_steps {step} without a budget trains the same weights)")
         if self.args.eval_freq and step % self.args.eval_freq:
             self._maybe_eval(step, force=True)  # the eval_freq steps were evaluated in the loop
 
