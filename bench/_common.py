@@ -81,6 +81,25 @@ def counting_dit_rows(model):
         del model.predict_velocity  # the class's method again
 
 
+def timed_window_rollout(model, items, args, sigmas, start: int, window: int, **options):
+    """One rollout of ``items`` with the rollout benches' settings (``add_rollout_args``: T, images per prompt,
+    micro-batch, size), cps_sde at eta 0.7, one initial noise per group, an SDE window of ``window`` steps from
+    ``start`` and ``options`` (the arm's rollout keywords): (seconds, DiT rows, the batch)."""
+    import torch
+
+    from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, stochastic_step_mask
+    from deepgen_rl.rollout import rollout
+
+    stochastic = torch.tensor(stochastic_step_mask(args.T, (start, start + window)))
+    with counting_dit_rows(model) as rows:
+        t = time.perf_counter()
+        batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch, sigmas=sigmas,
+                        stochastic=stochastic, sampler=DEFAULT_SDE_SAMPLER, eta=0.7, init_same_noise=True,
+                        height=args.size, width=args.size, seed=0, step=start, rank=0, **options)
+        dt = time.perf_counter() - t
+    return dt, sum(rows), batch
+
+
 def setup_env(threads: int) -> None:
     """Offline HF, ``threads`` intra-op threads, repo importable. Call before importing torch-heavy modules."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (TINY_PROMPTS, RolloutItem, add_rollout_args, apply_rollout_smoke,  # noqa: E402
-                     counting_dit_rows, load_note, load_rollout_model, median, print_ratio, print_rerun, print_table,
-                     setup_env)
+                     load_note, load_rollout_model, median, print_ratio, print_rerun, print_table, setup_env,
+                     timed_window_rollout)
 
 TOY_PROMPTS = "assets/rl_datasets/toy/rl_prompts.jsonl"  # the held-out relations the headline's RL mostly draws
 
@@ -67,8 +66,7 @@ def main(argv=None) -> int:
     import torch
 
     from deepgen_rl.rl.advantages import compute_advantages
-    from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, make_sigmas, stochastic_step_mask
-    from deepgen_rl.rollout import rollout
+    from deepgen_rl.rl.samplers import make_sigmas
 
     model, texts = load_model(args)
     reward = None
@@ -80,14 +78,7 @@ def main(argv=None) -> int:
     sigmas = make_sigmas(args.T, model.scheduler_shift)
 
     def run(start: int, reuse: bool):
-        stochastic = torch.tensor(stochastic_step_mask(args.T, (start, start + 1)))
-        with counting_dit_rows(model) as rows:
-            t = time.perf_counter()
-            batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch, sigmas=sigmas,
-                            stochastic=stochastic, sampler=DEFAULT_SDE_SAMPLER, eta=0.7, init_same_noise=True,
-                            reuse_last_velocity=reuse, height=args.size, width=args.size, seed=0, step=start, rank=0)
-            dt = time.perf_counter() - t
-        return dt, sum(rows), batch
+        return timed_window_rollout(model, items, args, sigmas, start, 1, reuse_last_velocity=reuse)
 
     def advantages(scores, batch):  # what the trainer computes from one reward (gdpo, weight 1)
         return compute_advantages("gdpo", scores, torch.ones(1), batch.group_ids).advantages

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (TINY_PROMPTS, RolloutItem, add_rollout_args, apply_rollout_smoke,  # noqa: E402
-                     counting_dit_rows, load_note, load_rollout_model, median, print_ratio, print_rerun, print_table,
-                     setup_env)
+                     load_note, load_rollout_model, median, print_ratio, print_rerun, print_table, setup_env,
+                     timed_window_rollout)
 
 
 def parse_args(argv=None):
@@ -50,24 +49,15 @@ def load_model(args):
 def main(argv=None) -> int:
     args = parse_args(argv)
     setup_env(args.threads)
-    import torch
-
-    from deepgen_rl.rl.samplers import DEFAULT_SDE_SAMPLER, make_sigmas, stochastic_step_mask
-    from deepgen_rl.rollout import rollout
+    from deepgen_rl.rl.samplers import make_sigmas
 
     model, texts = load_model(args)
     items = [RolloutItem(texts[g % len(texts)], "bench", g, g) for g in range(args.groups)]
     sigmas = make_sigmas(args.T, model.scheduler_shift)
 
     def run(start: int, share: bool):
-        stochastic = torch.tensor(stochastic_step_mask(args.T, (start, start + args.window)))
-        with counting_dit_rows(model) as rows:
-            t = time.perf_counter()
-            batch = rollout(model, items, rollout_n=args.rollout_n, micro_batch_size=args.micro_batch, sigmas=sigmas,
-                            stochastic=stochastic, sampler=DEFAULT_SDE_SAMPLER, eta=0.7, init_same_noise=True,
-                            share_ode_prefix=share, height=args.size, width=args.size, seed=0, step=start, rank=0)
-            dt = time.perf_counter() - t
-        return dt, sum(rows), batch.latents
+        dt, rows, batch = timed_window_rollout(model, items, args, sigmas, start, args.window, share_ode_prefix=share)
+        return dt, rows, batch.latents
 
     n = args.groups * args.rollout_n
     run(0, True)  # warm-up (allocator, first-call overheads)

@@ -4,14 +4,18 @@ step."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 
 from deepgen_rl.rl.samplers import make_sigmas, sde_step
 from deepgen_rl.rollout import expand_groups, rollout
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from _common import counting_dit_rows  # noqa: E402  (the rollout benches' DiT-row counter)
 
 
 @dataclass
@@ -80,26 +84,9 @@ def test_trajectory_and_log_probs_are_consistent(model):
     assert abs(float(px) - float(dec)) < 2e-3
 
 
-@contextmanager
-def _counting_rows(model):
-    """Within the block, ``model.predict_velocity`` appends the rows of each DiT call to the yielded list."""
-    calls: list[int] = []
-    orig = model.predict_velocity
-
-    def counting(latents, sigma, cond, transformer=None):
-        calls.append(latents.shape[0])
-        return orig(latents, sigma, cond, transformer=transformer)
-
-    model.predict_velocity = counting
-    try:
-        yield calls
-    finally:
-        del model.predict_velocity
-
-
 def _counted_run(model, items, **kw):
     """``_run`` and the rows of each DiT call it made."""
-    with _counting_rows(model) as calls:
+    with counting_dit_rows(model) as calls:
         return _run(model, items, **kw), calls
 
 
@@ -192,7 +179,7 @@ def test_the_trainer_flag_takes_one_forward_per_rollout_image_off(tmp_path):
     rows = {}
     for flag in (False, True):
         model = tiny_model()
-        with _counting_rows(model) as seen:
+        with counting_dit_rows(model) as seen:
             run_inprocess(tmp_path / str(flag), model=model, max_steps=1, sde_window_size=1,
                           reuse_last_velocity=flag)
         rows[flag] = sum(seen)

@@ -25,6 +25,24 @@ class FakeClock:
         return self.now
 
 
+def ten_second_steps(monkeypatch) -> FakeClock:
+    """The trainer's budget reads a fake clock that every GRPO step advances by 10 s (the real step still runs)."""
+    from deepgen_rl.trainer import grpo_trainer
+    from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
+
+    clock = FakeClock()
+    monkeypatch.setattr(grpo_trainer, "TimeBudget", lambda minutes, **kw: TimeBudget(minutes, clock=clock, **kw))
+    step = DeepGenGRPOTrainer.grpo_step
+
+    def ten_seconds(self, s):
+        out = step(self, s)
+        clock.now += 10.0
+        return out
+
+    monkeypatch.setattr(DeepGenGRPOTrainer, "grpo_step", ten_seconds)
+    return clock
+
+
 def test_budget_stops_when_elapsed_plus_the_mean_of_the_last_steps_passes_it():
     clock = FakeClock()
     b = TimeBudget(1.0, clock=clock, window=2)  # 60 s
@@ -107,20 +125,10 @@ def test_max_train_minutes_is_validated():
 
 def test_trainer_stops_at_the_budget_then_evaluates_and_saves_the_weights_of_a_run_that_long(tmp_path, monkeypatch,
                                                                                               caplog):
-    from deepgen_rl.trainer import grpo_trainer
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
 
-    clock = FakeClock()  # every GRPO step takes 10 fake seconds; the budget is 0.5 minutes
-    monkeypatch.setattr(grpo_trainer, "TimeBudget", lambda minutes, **kw: TimeBudget(minutes, clock=clock, **kw))
-    step = DeepGenGRPOTrainer.grpo_step
-
-    def ten_seconds(self, s):
-        out = step(self, s)
-        clock.now += 10.0
-        return out
-
+    ten_second_steps(monkeypatch)  # the budget is 0.5 minutes
     evals = []
-    monkeypatch.setattr(DeepGenGRPOTrainer, "grpo_step", ten_seconds)
     monkeypatch.setattr(DeepGenGRPOTrainer, "_maybe_eval",
                         lambda self, s, force=False: evals.append((s, force)))
     # after step 1: 10 + 10 <= 30; after 2: 20 + 10 <= 30; after 3: 30 + 10 > 30 -> stop after step 3 of 6
@@ -144,18 +152,9 @@ def test_trainer_stops_at_the_budget_then_evaluates_and_saves_the_weights_of_a_r
 
 
 def test_trainer_keeps_room_for_the_eval_after_its_last_step(tmp_path, monkeypatch):
-    from deepgen_rl.trainer import grpo_trainer
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
 
-    clock = FakeClock()  # steps take 10 fake seconds, evals 5; the budget is 0.75 minutes (45 s)
-    monkeypatch.setattr(grpo_trainer, "TimeBudget", lambda minutes, **kw: TimeBudget(minutes, clock=clock, **kw))
-    step = DeepGenGRPOTrainer.grpo_step
-
-    def ten_seconds(self, s):
-        out = step(self, s)
-        clock.now += 10.0
-        return out
-
+    clock = ten_second_steps(monkeypatch)  # evals take 5 fake seconds; the budget is 0.75 minutes (45 s)
     evals = []
 
     def five_second_eval(self, s, force=False):
@@ -165,7 +164,6 @@ def test_trainer_keeps_room_for_the_eval_after_its_last_step(tmp_path, monkeypat
         evals.append((s, force, clock.now - 100.0))
         return True
 
-    monkeypatch.setattr(DeepGenGRPOTrainer, "grpo_step", ten_seconds)
     monkeypatch.setattr(DeepGenGRPOTrainer, "_maybe_eval", five_second_eval)
     # start eval 0-5 s; steps end at 15, 25, 35; after step 3: 35 + 10 + 5 = 50 > 45, so it stops there and its
     # forced eval ends at 40 s (counting the start eval's 5 s and the next step only, 35 + 10 = 45, would have run
