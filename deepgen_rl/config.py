@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field, fields
 
 from transformers import TrainingArguments
@@ -183,9 +184,9 @@ class GRPOConfig(TrainingArguments):
             raise ValueError("--clip_range and --adv_clip_max must be > 0")
         if self.max_train_minutes < 0:
             raise ValueError(f"--max_train_minutes must be >= 0 (0 = no budget), got {self.max_train_minutes}")
-        if self.max_train_minutes_from < 0:
-            raise ValueError("--max_train_minutes_from must be a Unix time in seconds (0 = the start of training), "
-                             f"got {self.max_train_minutes_from}")
+        if self.max_train_minutes_from < 0 or self.max_train_minutes_from > time.time() + 1.0:
+            raise ValueError("--max_train_minutes_from must be a Unix time in seconds, not in the future (0 = the "
+                             f"start of training), got {self.max_train_minutes_from}")
         if self.sde_window_size < 0:
             raise ValueError("--sde_window_size must be >= 0")
         window_range = self.window_range()  # validates the 'lo,hi' format

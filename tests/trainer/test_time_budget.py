@@ -8,6 +8,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 
 import pytest
 from safetensors.torch import load_file
@@ -121,6 +122,8 @@ def test_max_train_minutes_is_validated():
         GRPOConfig(output_dir="/tmp/x", report_to="none", max_train_minutes=float("nan"))
     with pytest.raises(ValueError, match="--max_train_minutes_from must be a Unix time"):
         GRPOConfig(output_dir="/tmp/x", report_to="none", max_train_minutes_from=-1.0)
+    with pytest.raises(ValueError, match="not in the future"):
+        GRPOConfig(output_dir="/tmp/x", report_to="none", max_train_minutes_from=time.time() + 3600)
 
 
 def test_trainer_stops_at_the_budget_then_evaluates_and_saves_the_weights_of_a_run_that_long(tmp_path, monkeypatch,
