@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOY_MODEL_CONFIG = str(ROOT / "configs/models/deepgen_toy.py")
 TOY_RL_YAML = str(ROOT / "assets/rl_datasets/toy/toy_rl.yaml")
 TOY_EVAL_YAML = str(ROOT / "assets/rl_datasets/toy/eval/eval_toy.yaml")
+TOY_RL_MIX_YAML = str(ROOT / "assets/rl_datasets/toy/toy_rl_mix.yaml")
+TOY_HELDOUT_EVAL_YAML = str(ROOT / "tests/toy/eval_toy_heldout.yaml")  # the 64 held-out prompts x 8 images
 
 # CPU-sized flags; the rest are the recipe's defaults (cps_sde, gdpo, timestep_fraction 0.6, init_same_noise on).
 # lr 3e-4 (again since 2026-12-03) and the exclusive reward: on the pinned toy-v3 build lr 1e-4 barely moves the
@@ -33,6 +35,21 @@ TOY_RL_FLAGS: dict[str, Any] = dict(
     reward_kwargs={"toy_compositional": {"exclusive": True}},
     sftaux_coef=0.0, save_steps=100000, log_images_every=0, report_to="none", disable_tqdm=True,
     eval_judge=False, eval_at_start=True, warmup_steps=0, gradient_checkpointing=False, seed=0, reward_workers=2,
+)
+
+# The headline setting of scripts/toy_prompt_following.sh (docs/toy_world.md, "Windows from steps 3-5; the budget
+# from launch") for the `slots_wide` variant, as trainer flags: the CI's prompt-following test runs it in process. The
+# script passes the same flags to the trainer (tests/toy/test_toy_rl.py checks that they agree); its run-specific
+# ones (steps, eval cadence, time budget, seed) are left out here. With it: dataset TOY_RL_MIX_YAML, eval
+# TOY_HELDOUT_EVAL_YAML and the SFT anchor's pairs of the variant (`deepgen_rl.toy.sftaux.write_toy_sftaux`).
+PROMPT_FOLLOWING_VARIANT = "slots_wide"
+PROMPT_FOLLOWING_FLAGS: dict[str, Any] = dict(
+    rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, rollout_global_batch_size=1024,
+    num_inference_steps=8, image_height=64, image_width=64, learning_rate=3e-4, warmup_steps=0, clip_range=0.2,
+    beta=0.0, sde_eta=0.7, sde_window_size=1, sde_window_range="3,6",
+    reward_kwargs={"toy_compositional": {"exclusive": True, "soft_color": True}}, skip_zero_advantage=True,
+    sftaux_coef=0.001, ema_decay=0.95, gradient_checkpointing=False, cpu_fast_gelu=True, reuse_last_velocity=True,
+    eval_judge=False, eval_at_start=True, save_total_limit=1, log_images_every=0, reward_workers=2,
 )
 
 

@@ -1,10 +1,12 @@
-"""Toy-world fixtures: the pre-trained toy DeepGen, built once into its cache (deepgen_rl.toy.model.toy_dir(),
-i.e. $DEEPGEN_TOY_DIR or deepgen_toy next to $DEEPGEN_TINY_DIR) and reused by every later test and session.
+"""Toy-world fixtures: the pre-trained toy DeepGen that the suite tests, the `slots_wide` variant (the model of the
+quickstart and of scripts/toy_prompt_following.sh, where RL teaches prompt following), built once into its cache
+(deepgen_rl.toy.model.toy_dir("slots_wide"), i.e. deepgen_toy_slots_wide next to $DEEPGEN_TINY_DIR; $DEEPGEN_TOY_DIR,
+if set, must hold that variant) and reused by every later test and session.
 
-Building it (toy-v3) takes ~5–6 CPU-minutes on one thread, so a clean clone's suite builds it once: the tests that need
-it are moved to the front of the run (below), so that under pytest-xdist one worker builds while the other runs the
-rest. DEEPGEN_TOY_TESTS=0 skips them (a quick local run); the world, checker, reward and toy metrics are always
-tested.
+Building it takes ~8–13 CPU-minutes on one thread, so a clean clone's suite builds it once: the tests that need it are
+moved to the front of the run (below), so that under pytest-xdist one worker builds while the other runs the rest.
+DEEPGEN_TOY_TESTS=0 skips them (a quick local run); the world, checker, reward and toy metrics are always tested.
+The default variant (toy-v3) is no longer built by the suite: its tests build shortened configs.
 """
 
 import os
@@ -25,14 +27,16 @@ def toy_model_paths():
     if not TOY_TESTS:
         pytest.skip("DEEPGEN_TOY_TESTS=0: the tests that need the pre-trained toy DeepGen are skipped")
     from deepgen_rl.toy.model import ensure_toy_deepgen
+    from deepgen_rl.toy.rl_run import PROMPT_FOLLOWING_VARIANT
 
-    return ensure_toy_deepgen(progress=False)
+    return ensure_toy_deepgen(progress=False, variant=PROMPT_FOLLOWING_VARIANT)
 
 
 @pytest.fixture(scope="session")
 def toy_model(toy_model_paths):
     """The toy DeepGen loaded through build_model. Read-only: do not modify it in a test."""
     from deepgen_rl.models import build_model
+    from deepgen_rl.toy.model import model_dir_overrides
     from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG
 
-    return build_model(TOY_MODEL_CONFIG)
+    return build_model(TOY_MODEL_CONFIG, **model_dir_overrides(toy_model_paths["root"]))

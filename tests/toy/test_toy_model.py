@@ -33,19 +33,26 @@ def test_toy_model_uses_the_real_classes_and_sft_layout(toy_model_paths, toy_mod
     assert meta["dit_final_loss"] < 0.6 * meta["dit_first_loss"]  # pre-training did fit
 
 
+# Fingerprints of pinned builds (toy_meta.json): (vae_recon_strict, dit_final_loss). The default's (toy-v3) was measured
+# on an AVX2-only EPYC (native) and on an AVX-512 EPYC (pinned), docs/toy_world.md "toy-v3"; unpinned, the AVX-512
+# machine built another model (VAE ceiling 0.633, loss 0.4934). slots_wide's: its cache built on the AVX2-only EPYC
+# (2026-12-06), and every CI build since.
+PINNED_FINGERPRINTS = {"default": (68 / 128, 0.469067), "slots_wide": (118 / 128, 0.128346)}
+
+
 def test_the_pinned_toy_build_is_the_documented_one(toy_model_paths):
     """With pinned numerics (deepgen_rl/toy/model.py, "Pinned numerics") every x86-64 machine with AVX2 builds the
-    same toy-v3: its fingerprint is the one measured on an AVX2-only EPYC (native) and on an AVX-512 EPYC (pinned),
-    docs/toy_world.md "toy-v3". Unpinned, the AVX-512 machine built another model (VAE ceiling 0.633, loss 0.4934)."""
+    same model of a variant: the suite's build has its variant's documented fingerprint."""
     from deepgen_rl.toy.model import expected_numerics, meta_variant, read_meta
 
     meta = read_meta(toy_model_paths["root"])
     assert meta["numerics"] == expected_numerics()
-    if expected_numerics() != "avx2" or meta_variant(meta) != "default":
-        pytest.skip(f"the fingerprint is that of the default variant's pinned build (this one: "
-                    f"{meta_variant(meta)}, numerics {meta['numerics']})")
-    assert meta["vae_recon_strict"] == 68 / 128  # of the 128 reconstructions the build checks
-    assert meta["dit_final_loss"] == pytest.approx(0.469067, abs=1e-5)
+    variant = meta_variant(meta)
+    if expected_numerics() != "avx2" or variant not in PINNED_FINGERPRINTS:
+        pytest.skip(f"no documented fingerprint for this build (variant {variant}, numerics {meta['numerics']})")
+    recon, loss = PINNED_FINGERPRINTS[variant]
+    assert meta["vae_recon_strict"] == recon  # of the 128 reconstructions the build checks
+    assert meta["dit_final_loss"] == pytest.approx(loss, abs=1e-5)
     assert meta["torch_threads"] == 1
 
 
@@ -71,14 +78,15 @@ def test_toy_build_is_deterministic_from_its_seed(tmp_path):
 
 
 def test_toy_model_draws_what_it_is_asked(toy_model):
-    """ODE samples satisfy many of their train-split prompts' claims, fewer on held-out compositions, and the images
+    """The issue's base targets, on the suite's model (`slots_wide`): ODE samples pass the checker on a clear majority
+    of train-split prompts, held-out compositions have a strict accuracy of 20-60% (room for RL), and the images
     belong to their own prompts: checked against another prompt's claims they score far lower.
 
-    Measured (toy-v3, the default, 1 image per prompt): train strict 0.094 / claim score 0.509; held-out 0.016 / 0.352;
-    train images against shuffled prompts 0.031 / 0.212 (toy-v2: 0.094 / 0.295, 0.000 / 0.113, 0.031 / 0.165; toy-v1,
-    before pad rows were masked: 0.11 / 0.42, 0.02 / 0.23). With 64 prompts a claim score carries about ±0.04 of
-    evaluation noise, so the gaps asserted below (0.1) are ~2.5 of those. The issue's targets (train strict > 0.5,
-    held-out strict 0.2–0.6) are NOT met yet: see docs/toy_world.md."""
+    Measured (slots_wide, pinned build, 1 image per prompt, 10 ODE steps): train strict 0.766 / claim score 0.885;
+    held-out 0.281 / 0.567; train images against shuffled prompts 0.016 / 0.150. With 64 prompts a strict accuracy
+    near 0.3 carries about ±0.06 of evaluation noise; the build is the same on every AVX2 machine (pinned numerics).
+    The default variant (toy-v3, no longer built by the suite) had 0.094 / 0.509, 0.016 / 0.352 and 0.031 / 0.212:
+    below the targets (docs/toy_world.md)."""
     train = [caption(s) for s in eval_train_specs()]
     held = [caption(s) for s in eval_heldout_specs()]
     images, verdicts = evaluate_prompts(toy_model, train, seed=0, duplicates=1, num_inference_steps=10)
@@ -89,9 +97,10 @@ def test_toy_model_draws_what_it_is_asked(toy_model):
     s_shuf = summarize([v.to_dict() for v in check_images(images, shuffled)])
     print({k: (round(s["strict_acc"], 3), round(s["claim_score"], 3))
            for k, s in (("train", s_train), ("held_out", s_held), ("train images vs shuffled prompts", s_shuf))})
-    assert s_train["claim_score"] >= 0.25 and s_train["strict_acc"] >= 0.05
+    assert s_train["strict_acc"] > 0.5 and s_train["claim_score"] >= 0.8
+    assert 0.2 <= s_held["strict_acc"] <= 0.6
     assert s_held["claim_score"] < s_train["claim_score"] - 0.1
-    assert s_shuf["claim_score"] < s_train["claim_score"] - 0.1
+    assert s_shuf["claim_score"] < s_train["claim_score"] - 0.5
 
 
 def test_x4_mean_vae_variant_builds_with_consistent_shapes_and_trains_the_lora(tmp_path):

@@ -2,8 +2,8 @@
 the exclusive toy reward at 1,024 images per step with the SFT anchor (``--sftaux_coef`` 0.003 on train-split
 images placed as the variant was pre-trained, `deepgen_rl.toy.sftaux`), against the same run with a prompt-blind
 reward. Opt-in (DEEPGEN_TOY_SLOW_TESTS=1): two runs of ~6 CPU-minutes each plus the variant's build (~10 minutes,
-cached), too long for CI; tests/toy/test_toy_rl.py is CI's shorter RL test on toy-v3, whose gains there are not
-shown to be prompt following.
+cached), too long for CI; tests/toy/test_toy_rl.py is CI's prompt-following test (the `slots_wide` variant and the
+headline script's setting, 20 steps).
 
   rl      ``toy_compositional`` with ``exclusive=True``;
   blind   the same reward with ``blind=True`` (each image scored against a random caption of the grammar: RL on it can
