@@ -69,6 +69,11 @@ t0=$(date +%s.%N)
 budget=""
 [[ "$MINUTES" =~ ^0*([.]0*)?$ ]] || budget=" (or until $MINUTES minutes)"
 echo "[toy] training up to $STEPS steps$budget on ${NGPUS:-2} ranks, seed $SEED: $OUT (log: $OUT/train.log)"
+# one line per step and per eval from the log (the trainer's metrics dicts): reward, seconds, held-out strict accuracy
+STEP_LINE="s/.*'reward\/toy_compositional': '([^']*)'.*'train\/optimizer_steps': '([^']*)'"
+STEP_LINE+=".*'time\/step_s': '([^']*)'.*/[toy]   update \\2: reward \\1, \\3 s/p"
+EVAL_LINE="s/.*'eval\/toy_heldout\/strict_acc': '([^']*)'.*'eval\/toy_heldout\/claim_score': '([^']*)'.*/"
+EVAL_LINE+="[toy]   held-out eval: strict accuracy \\1, claim score \\2/p"
 NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
   DATASET_CONFIG=assets/rl_datasets/toy/toy_rl_mix.yaml EVAL_DATASET_CONFIG=tests/toy/eval_toy_heldout.yaml \
   SFTAUX_DATASET_CONFIG="$OUT/sftaux/toy_sftaux.py" OUTPUT_DIR="$OUT" \
@@ -81,7 +86,8 @@ NGPUS="${NGPUS:-2}" REPORT_TO=none MODEL_CONFIG=configs/models/deepgen_toy.py \
   --cpu_fast_gelu true --reuse_last_velocity true \
   --eval_judge false --eval_at_start true --eval_freq "$EVAL_EVERY" --max_steps "$STEPS" --save_steps "$STEPS" \
   --max_train_minutes "$MINUTES" --max_train_minutes_from "$t0" \
-  --save_total_limit 1 --log_images_every 0 --reward_workers 2 --seed "$SEED" "$@" > "$OUT/train.log" 2>&1 \
+  --save_total_limit 1 --log_images_every 0 --reward_workers 2 --seed "$SEED" "$@" 2>&1 \
+  | tee "$OUT/train.log" | sed -u -n -E -e "$STEP_LINE" -e "$EVAL_LINE" \
   || { echo "[toy] training failed; the last lines of $OUT/train.log:" >&2; tail -n 30 "$OUT/train.log" >&2; exit 1; }
 echo "[toy] done in $(( $(date +%s) - ${t0%.*} )) s; held-out statistics (python -m deepgen_rl.toy.run_report):"
 python -m deepgen_rl.toy.run_report "$OUT" --t0 "$t0" --json "$OUT/report.json"

@@ -6,6 +6,8 @@ evaluations (``eval/step_N/toy_summary.json``, ``toy_verdicts.jsonl`` and the ev
 
   samples_before_after.png  held-out prompts, first eval (top row) vs last eval (bottom row), same noise, each image
                             captioned with its checker verdict
+  samples_changed.png       the same for held-out eval images whose verdict changed (up to 6 FAIL->PASS, then up to 6
+                            PASS->FAIL; selected by outcome, labelled so); absent when none changed
   accuracy_curve.png        strict accuracy per eval dataset and held-out claim accuracy per claim type, per step
   reward_curve.png          the training reward(s) per step
   report.html               all of it, plus the before/after table of strict, per-claim-type and per-kind accuracy,
@@ -68,21 +70,13 @@ def plot_accuracy_curve(evals: dict[int, dict], path: Path) -> Path:
     return path
 
 
-def before_after_grid(output_dir: Path, verdicts: dict[int, list[dict]], path: Path, *, dataset: str = "",
-                      num_prompts: int = 12) -> tuple[Path, dict[str, int]]:
-    """The first ``num_prompts`` held-out prompts (image 0 of each, the same noise before and after): the first
-    eval step's image above the last one's, each captioned with its checker verdict. Returns (path, counts of
-    fail->pass / pass->fail / unchanged over ALL eval images of the dataset)."""
+def _grid_of(output_dir: Path, steps: tuple[int, int], tables: tuple[dict, dict], shown: list, path: Path) -> Path:
+    """The images of ``shown`` (keys of both tables) at the two eval steps, the first step's row above the
+    second's, each captioned with its prompt and checker verdict."""
     from PIL import Image
 
-    first, last = min(verdicts), max(verdicts)
-    dataset = dataset or HELDOUT
-    key = lambda v: (v["index"], v["dup"])  # noqa: E731
-    before = {key(v): v for v in verdicts[first] if v["dataset"] == dataset}
-    after = {key(v): v for v in verdicts[last] if v["dataset"] == dataset}
-    shown = [k for k in sorted(before) if k[1] == 0][:num_prompts]
     images, captions = [], []
-    for step, table in ((first, before), (last, after)):
+    for step, table in zip(steps, tables):
         for k in shown:
             v = table[k]
             with Image.open(output_dir / "eval" / f"step_{step}" / v["rel_path"]) as im:
@@ -92,11 +86,39 @@ def before_after_grid(output_dir: Path, verdicts: dict[int, list[dict]], path: P
     grid = make_grid(images, captions, columns=len(shown), thumb=160)
     path.parent.mkdir(parents=True, exist_ok=True)
     grid.save(path)
+    return path
+
+
+def before_after_grid(output_dir: Path, verdicts: dict[int, list[dict]], path: Path, *, dataset: str = "",
+                      num_prompts: int = 12, changed_path: Path | None = None, num_changed: int = 6
+                      ) -> tuple[Path, dict[str, int], list[tuple[str, str]] | None]:
+    """The first ``num_prompts`` held-out prompts (image 0 of each, the same noise before and after; not selected by
+    outcome): the first eval step's image above the last one's, each captioned with its checker verdict. Returns
+    (path, counts of fail->pass / pass->fail / unchanged over ALL eval images of the dataset, changed), where, with
+    ``changed_path``, ``changed`` lists the images shown in a second grid there: the first ``num_changed`` (in eval
+    order) that went from FAIL to PASS, then the first ``num_changed`` that went from PASS to FAIL, as (key, change);
+    None when no image changed its verdict (no second grid is written)."""
+    first, last = min(verdicts), max(verdicts)
+    dataset = dataset or HELDOUT
+    key = lambda v: (v["index"], v["dup"])  # noqa: E731
+    before = {key(v): v for v in verdicts[first] if v["dataset"] == dataset}
+    after = {key(v): v for v in verdicts[last] if v["dataset"] == dataset}
+    shown = [k for k in sorted(before) if k[1] == 0][:num_prompts]
+    _grid_of(output_dir, (first, last), (before, after), shown, path)
     changes = {"fail->pass": 0, "pass->fail": 0, "unchanged": 0}
-    for k, v in before.items():
+    flipped: dict[str, list] = {"fail->pass": [], "pass->fail": []}
+    for k, v in sorted(before.items()):
         a = after[k]["strict"]
-        changes["fail->pass" if a and not v["strict"] else "pass->fail" if v["strict"] and not a else "unchanged"] += 1
-    return path, changes
+        change = "fail->pass" if a and not v["strict"] else "pass->fail" if v["strict"] and not a else "unchanged"
+        changes[change] += 1
+        if change != "unchanged":
+            flipped[change].append(k)
+    changed = None
+    if changed_path is not None and (flipped["fail->pass"] or flipped["pass->fail"]):
+        picked = [(k, c) for c in ("fail->pass", "pass->fail") for k in flipped[c][:num_changed]]
+        _grid_of(output_dir, (first, last), (before, after), [k for k, _ in picked], changed_path)
+        changed = [(f"prompt {k[0]}, image {k[1]}", c) for k, c in picked]
+    return path, changes, changed
 
 
 def claim_table(evals: dict[int, dict]) -> list[tuple[str, str, float | None, float | None]]:
@@ -139,8 +161,17 @@ def _trained_exclusive(checkpoint: Path | None) -> bool:
 
 
 def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], changes: dict[str, int],
-                 checkpoint: Path | None, blind: dict[str, tuple[float, float]]) -> Path:
+                 checkpoint: Path | None, blind: dict[str, tuple[float, float]],
+                 changed: list[tuple[str, str]] | None = None) -> Path:
     last = metrics[-1]
+    if changed:
+        up = sum(c == "fail->pass" for _, c in changed)
+        changed_html = (f"<h3>Images whose verdict changed</h3><p>Selected by outcome, so not a sample: the first "
+                        f"{up} held-out eval images (in eval order) that went from FAIL to PASS, left, then the first "
+                        f"{len(changed) - up} that went from PASS to FAIL, right; step {min(evals)} above, step "
+                        f"{max(evals)} below.</p><img src=\"samples_changed.png\" alt=\"changed verdicts\">")
+    else:
+        changed_html = "<p>No held-out eval image changed its verdict.</p>"
     first_step, last_step = min(evals), max(evals)
     rows = "".join(f"<tr><td>{html.escape(ds)}</td><td>{html.escape(m)}</td><td>{_fmt(a)}</td><td>{_fmt(b)}</td></tr>"
                    for ds, m, a, b in claim_table(evals))
@@ -162,6 +193,7 @@ on), ODE sampling with the same noise at every eval step. Checkpoint:
 {sum(changes.values())} held-out eval images: {changes["fail->pass"]} went from FAIL to PASS,
 {changes["pass->fail"]} from PASS to FAIL, {changes["unchanged"]} kept their verdict.</p>
 <img src="samples_before_after.png" alt="before/after">
+{changed_html}
 <h2>Held-out accuracy during training</h2><img src="accuracy_curve.png" alt="accuracy curve">
 <h2>Accuracy before and after (eval step {first_step} vs {last_step})</h2>
 <table><tr><th>dataset</th><th>metric</th><th>before</th><th>after</th></tr>{rows}</table>
@@ -190,10 +222,11 @@ def main(argv=None) -> int:
     curve = plot_reward_curve(metrics, out / "reward_curve.png")
     evals, verdicts = toy_eval_curves(out)
     acc = plot_accuracy_curve(evals, out / "accuracy_curve.png")
-    grid, changes = before_after_grid(out, verdicts, out / "samples_before_after.png", num_prompts=a.num_prompts)
+    grid, changes, changed = before_after_grid(out, verdicts, out / "samples_before_after.png",
+                                               num_prompts=a.num_prompts, changed_path=out / "samples_changed.png")
     ckpt = latest_checkpoint(out)
     blind = own_vs_other(out, evals, verdicts)
-    report = write_report(out, metrics, evals, changes, ckpt, blind)
+    report = write_report(out, metrics, evals, changes, ckpt, blind, changed)
     print(f"held-out and train-split accuracy, eval step {min(evals)} -> {max(evals)}:")
     for ds, m, before, after in claim_table(evals):
         print(f"  {ds:14s} {m:22s} {_fmt(before)} -> {_fmt(after)}")
@@ -207,7 +240,9 @@ def main(argv=None) -> int:
         if first and last:
             print(f"  {key}: mean of first {k} steps {sum(first) / len(first):.4f} -> last {k} "
                   f"{sum(last) / len(last):.4f}")
-    for path in (curve, acc, grid, report, ckpt):
+    for path in (curve, acc, grid, out / "samples_changed.png" if changed else None, report, ckpt):
+        if path is None:
+            continue
         print(f"  {path}")
     return 0
 

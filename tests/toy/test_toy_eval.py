@@ -86,6 +86,44 @@ def test_quickstart_report_reads_the_reward_option_from_the_checkpoint(tmp_path)
         assert _trained_exclusive(tmp_path) is expected
 
 
+def test_quickstart_grids_count_every_change_and_show_the_first_changed_images(tmp_path):
+    """The before/after grid shows image 0 of the first prompts whatever their outcome; the changed grid shows the
+    first FAIL->PASS images, then the first PASS->FAIL ones, and is not written when no verdict changed."""
+    from PIL import Image
+
+    from deepgen_rl.toy.evaluate import HELDOUT
+    from deepgen_rl.toy.quickstart import before_after_grid
+
+    def table(step, strict):  # 5 prompts x 2 images; strict[(index, dup)] is the verdict
+        rows = []
+        for (i, d), ok in sorted(strict.items()):
+            rel = f"img_{i}_{d}.png"
+            folder = tmp_path / "eval" / f"step_{step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8), (40 * i, 100 * d, 200 if ok else 0)).save(folder / rel)
+            rows.append(dict(dataset=HELDOUT, index=i, dup=d, rel_path=rel, prompt=f"p{i}", strict=ok,
+                             claims=[dict(type="color", passed=ok)]))
+        return rows
+
+    keys = [(i, d) for i in range(5) for d in range(2)]
+    before = {k: k in {(0, 0), (1, 1), (3, 0)} for k in keys}
+    after = {**before, (0, 0): False, (2, 0): True, (2, 1): True, (4, 1): True}
+    verdicts = {0: table(0, before), 7: table(7, after)}
+    path, changes, changed = before_after_grid(tmp_path, verdicts, tmp_path / "ba.png", num_prompts=3,
+                                               changed_path=tmp_path / "ch.png", num_changed=2)
+    assert changes == {"fail->pass": 3, "pass->fail": 1, "unchanged": 6}
+    assert changed == [("prompt 2, image 0", "fail->pass"), ("prompt 2, image 1", "fail->pass"),
+                       ("prompt 0, image 0", "pass->fail")]
+    with Image.open(path) as im, Image.open(tmp_path / "ch.png") as ch:
+        assert im.size[0] == 3 * 160 and ch.size[0] == 3 * 160  # 3 prompts; 2 + 1 changed images
+        # top-left of the changed grid: prompt 2 image 0 at step 0 (FAIL: blue 0), below it at step 7 (PASS: 200)
+        assert ch.getpixel((80, 80)) == (80, 0, 0) and ch.getpixel((80, 160 + 44 + 80)) == (80, 0, 200)
+    (tmp_path / "ch.png").unlink()
+    _, changes, changed = before_after_grid(tmp_path, {0: verdicts[0], 7: table(7, before)}, tmp_path / "ba.png",
+                                            changed_path=tmp_path / "ch.png")
+    assert changes["unchanged"] == 10 and changed is None and not (tmp_path / "ch.png").exists()
+
+
 def test_eval_cli_use_ema_loads_the_checkpoints_ema_weights(tmp_path):
     """``--use_ema`` evaluates ``ema_dit.safetensors`` (parameters only; buffers stay as built), refuses a checkpoint
     without one, an EMA that lacks a parameter, and a missing ``--checkpoint``."""
