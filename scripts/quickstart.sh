@@ -9,8 +9,9 @@
 #      toy_compositional (the programmatic checker), the 64 held-out compositions evaluated (8 images each, ODE, fixed
 #      seeds, the EMA's weights) at step 0 and every QUICKSTART_EVAL_EVERY steps; one line per step and per eval,
 #      then the run's per-prompt statistics (python -m deepgen_rl.toy.run_report)
-#   4. writes outputs/quickstart/: checkpoint, samples_before_after.png (held-out prompts, each image with its checker
-#      verdict), accuracy_curve.png, reward_curve.png, report.html
+#   4. writes outputs/quickstart/: checkpoint, samples_before_after.png (the first 12 held-out prompts, each image with
+#      its checker verdict), samples_changed.png (images whose verdict changed, labelled as selected by outcome),
+#      accuracy_curve.png, reward_curve.png, report.html
 # 20 steps take ~4 minutes on 2 cores after the build (docs/toy_world.md, "The CI test and the quickstart on
 # slots_wide"); 15 minutes of the same run (bash scripts/toy_prompt_following.sh) gain +15 to +19 points of held-out
 # strict accuracy. The toy world needs no reward service (no OCR: it would read nothing in images of coloured shapes).
@@ -26,12 +27,16 @@ VARIANT="${DEEPGEN_TOY_VARIANT:-slots_wide}"
 STEPS="${QUICKSTART_STEPS:-20}"
 EVAL_EVERY="${QUICKSTART_EVAL_EVERY:-10}"
 SEED="${QUICKSTART_SEED:-0}"
-for v in STEPS EVAL_EVERY SEED; do
-  if ! [[ "${!v}" =~ ^[0-9]+$ ]]; then
-    echo "scripts/quickstart.sh: QUICKSTART_$v must be a non-negative integer, got '${!v}'" >&2
+for v in STEPS EVAL_EVERY; do
+  if ! [[ "${!v}" =~ ^[1-9][0-9]*$ ]]; then
+    echo "scripts/quickstart.sh: QUICKSTART_$v must be a positive integer, got '${!v}'" >&2
     exit 2
   fi
 done
+if ! [[ "$SEED" =~ ^[0-9]+$ ]]; then
+  echo "scripts/quickstart.sh: QUICKSTART_SEED must be a non-negative integer, got '$SEED'" >&2
+  exit 2
+fi
 
 echo "[quickstart] MR-GRPO on the toy DeepGen ($VARIANT) for $STEPS steps on the CPU: $OUT"
 TOY_VARIANT="$VARIANT" TOY_STEPS="$STEPS" TOY_MINUTES=0 TOY_EVAL_EVERY="$EVAL_EVERY" TOY_SEED="$SEED" \

@@ -60,12 +60,14 @@ def test_toy_quickstart_short(tmp_path, toy_model_paths):
     assert len(verdicts) == 512 and all("verdict" in json.loads(v) for v in verdicts)
 
 
-@pytest.mark.parametrize("name, value", [("QUICKSTART_STEPS", "ten"), ("QUICKSTART_SEED", "-1")])
-def test_a_bad_quickstart_setting_is_one_line_naming_it(tmp_path, name, value):
+@pytest.mark.parametrize("name, value, kind", [("QUICKSTART_STEPS", "ten", "a positive"),
+                                               ("QUICKSTART_EVAL_EVERY", "0", "a positive"),
+                                               ("QUICKSTART_SEED", "-1", "a non-negative")])
+def test_a_bad_quickstart_setting_is_one_line_naming_it(tmp_path, name, value, kind):
     out = tmp_path / "qs"
     env = {**os.environ, "QUICKSTART_OUTPUT_DIR": str(out), name: value}
     proc = subprocess.run(["bash", str(ROOT / "scripts/quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"scripts/quickstart.sh: {name} must be a non-negative integer, got '{value}'"
+    assert proc.stderr.strip() == f"scripts/quickstart.sh: {name} must be {kind} integer, got '{value}'"
     assert not out.exists()
