@@ -40,8 +40,8 @@ TOY_RL_FLAGS: dict[str, Any] = dict(
 # The headline setting of scripts/toy_prompt_following.sh (docs/toy_world.md, "Windows from steps 3-5; the budget
 # from launch") for the `slots_wide` variant, as trainer flags: the CI's prompt-following test runs it in process. The
 # script passes the same flags to the trainer (tests/toy/test_toy_prompt_following_args.py checks that they agree);
-# its run-specific ones (steps, eval cadence, time budget, seed) are left out here. With it: dataset TOY_RL_MIX_YAML, eval
-# TOY_HELDOUT_EVAL_YAML and the SFT anchor's pairs of the variant (`deepgen_rl.toy.sftaux.write_toy_sftaux`).
+# its run-specific ones (steps, eval cadence, time budget, seed) are left out here. With it: dataset TOY_RL_MIX_YAML,
+# eval TOY_HELDOUT_EVAL_YAML and the SFT anchor's pairs of the variant (`deepgen_rl.toy.sftaux.write_toy_sftaux`).
 PROMPT_FOLLOWING_VARIANT = "slots_wide"
 PROMPT_FOLLOWING_FLAGS: dict[str, Any] = dict(
     rollout_n=8, rollout_micro_batch_size=64, atrain_micro_batch_size=64, rollout_global_batch_size=1024,
