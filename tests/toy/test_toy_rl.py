@@ -20,7 +20,8 @@ Measured (pinned numerics, this machine class; docs/toy_world.md "The CI test an
   negated  step 5: spec 0.430 -> 0.381 (24 / 39), own 0.649 -> 0.597 (22 / 36), strict 0.342 -> 0.285; by step 10
            (a separate run) spec 0.125, strict 0.090.
 The in-process run repeats scripts/toy_prompt_following.sh with NGPUS=1 to the last digit (its rewards and evals).
-~9.5 minutes on one thread (rl ~7.5, negated ~2), after the variant's one-time build."""
+~9.5 minutes on one thread (rl ~7.5, negated ~2; two tests, so two workers can share them), after the
+variant's one-time build."""
 
 from __future__ import annotations
 
@@ -40,54 +41,49 @@ def test_paired_sign_test_matches_the_binomial_tail():
     assert paired_sign_test({0: 1.0}, {0: 1.0}) == (0, 0, 1.0)
 
 
-@pytest.fixture(scope="module")
-def pf_runs(tmp_path_factory, toy_model_paths):
-    """The RL run and its negated-advantages twin, summarised per held-out prompt. One fixture used by one test: under
-    pytest-xdist two tests could land on two workers and run it twice. The step-0 eval is the rl run's: both start
-    from the same weights and evaluate with the same fixed noise."""
+def _run(tmp_path_factory, root: str, name: str, steps: int, negate: bool) -> dict:
+    """One run of the setting from the suite's toy model, summarised per held-out prompt at step 0 and at ``steps``.
+    Each test makes its own run (with its own step-0 eval, the same for both: same weights, same fixed noise), so that
+    under pytest-xdist the two can run on two workers at once."""
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.model import model_dir_overrides
     from deepgen_rl.toy.rl_run import (PROMPT_FOLLOWING_FLAGS, PROMPT_FOLLOWING_VARIANT, TOY_HELDOUT_EVAL_YAML,
                                        TOY_MODEL_CONFIG, TOY_RL_MIX_YAML, run_toy_rl)
     from deepgen_rl.toy.sftaux import write_toy_sftaux
 
-    root = toy_model_paths["root"]
-    sftaux = str(write_toy_sftaux(tmp_path_factory.mktemp("sftaux") / "pairs", n=4096,
+    sftaux = str(write_toy_sftaux(tmp_path_factory.mktemp(f"sftaux_{name}") / "pairs", n=4096,
                                   variant=PROMPT_FOLLOWING_VARIANT))
-    runs, before = {}, None
-    for name, steps, negate in (("rl", STEPS, False), ("negated", NEG_STEPS, True)):
-        flags = {**PROMPT_FOLLOWING_FLAGS, "eval_at_start": before is None, "negate_advantages": negate, "seed": SEED}
-        res = run_toy_rl(tmp_path_factory.mktemp(name), steps=steps, eval_every=steps,
-                         model=build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root)),
-                         dataset_config=TOY_RL_MIX_YAML, eval_config=TOY_HELDOUT_EVAL_YAML,
-                         sftaux_dataset_config=sftaux, **flags)
-        own = res.per_prompt(steps, "toy_heldout", "score")
-        other = res.per_prompt_other(steps, "toy_heldout")
-        now = dict(own=own, spec={i: own[i] - other[i] for i in own}, other=other,
-                   strict=res.strict_acc("toy_heldout")[steps])
-        if before is None:
-            own0 = res.per_prompt(0, "toy_heldout", "score")
-            other0 = res.per_prompt_other(0, "toy_heldout")
-            before = dict(own=own0, spec={i: own0[i] - other0[i] for i in own0}, other=other0,
-                          strict=res.strict_acc("toy_heldout")[0])
-        runs[name] = dict(
-            steps=steps, before=before, after=now,
-            mean={k: (mean_over_prompts(before[k]), mean_over_prompts(now[k])) for k in ("own", "spec", "other")},
-            strict=(before["strict"], now["strict"]),
-            test={k: paired_sign_test(before[k], now[k]) for k in ("own", "spec")},
-            rewards=[round(m["reward/toy_compositional"], 3) for m in res.history])
-        print(name, {k: v for k, v in runs[name].items() if k not in ("before", "after")})
-    return runs
+    flags = {**PROMPT_FOLLOWING_FLAGS, "eval_at_start": True, "negate_advantages": negate, "seed": SEED}
+    res = run_toy_rl(tmp_path_factory.mktemp(name), steps=steps, eval_every=steps,
+                     model=build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root)),
+                     dataset_config=TOY_RL_MIX_YAML, eval_config=TOY_HELDOUT_EVAL_YAML, sftaux_dataset_config=sftaux,
+                     **flags)
+    at = {}
+    for step in (0, steps):
+        own, other = res.per_prompt(step, "toy_heldout", "score"), res.per_prompt_other(step, "toy_heldout")
+        at[step] = dict(own=own, spec={i: own[i] - other[i] for i in own}, other=other)
+    before, after = at[0], at[steps]
+    run = dict(mean={k: (mean_over_prompts(before[k]), mean_over_prompts(after[k])) for k in ("own", "spec", "other")},
+               strict=(res.strict_acc("toy_heldout")[0], res.strict_acc("toy_heldout")[steps]),
+               test={k: paired_sign_test(before[k], after[k]) for k in ("own", "spec")},
+               rewards=[round(m["reward/toy_compositional"], 3) for m in res.history])
+    print(name, run)
+    return run
 
 
 @pytest.mark.slow
-def test_rl_teaches_prompt_following_and_negated_advantages_do_not(pf_runs):
-    rl, neg = pf_runs["rl"], pf_runs["negated"]
+def test_rl_teaches_prompt_following(tmp_path_factory, toy_model_paths):
+    rl = _run(tmp_path_factory, toy_model_paths["root"], "rl", STEPS, negate=False)
     for k in ("spec", "own"):
         up, down, p = rl["test"][k]
         assert p < ALPHA and rl["mean"][k][1] > rl["mean"][k][0], (k, rl["mean"][k], rl["test"][k])
     assert rl["mean"]["spec"][1] >= rl["mean"]["spec"][0] + 0.02, rl["mean"]["spec"]
     assert rl["strict"][1] >= rl["strict"][0], rl["strict"]
+
+
+@pytest.mark.slow
+def test_negated_advantages_do_not_raise_it(tmp_path_factory, toy_model_paths):
+    neg = _run(tmp_path_factory, toy_model_paths["root"], "negated", NEG_STEPS, negate=True)
     for k in ("spec", "own"):
         up, down, _ = neg["test"][k]
         assert neg["mean"][k][1] <= neg["mean"][k][0] and up <= down, (k, neg["mean"][k], neg["test"][k])
