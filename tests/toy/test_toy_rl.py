@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepgen_rl.toy.rl_run import mean_over_prompts, paired_sign_test
+from deepgen_rl.toy.rl_run import paired_sign_test
 
 ALPHA = 0.01
 STEPS = 20
@@ -41,14 +41,16 @@ def test_paired_sign_test_matches_the_binomial_tail():
     assert paired_sign_test({0: 1.0}, {0: 1.0}) == (0, 0, 1.0)
 
 
-def _run(tmp_path_factory, root: str, name: str, steps: int, negate: bool) -> dict:
-    """One run of the setting from the suite's toy model, summarised per held-out prompt at step 0 and at ``steps``.
-    Each test makes its own run (with its own step-0 eval, the same for both: same weights, same fixed noise), so that
-    under pytest-xdist the two can run on two workers at once."""
+def _run(tmp_path_factory, root: str, name: str, steps: int, negate: bool) -> tuple[dict, dict]:
+    """One run of the setting from the suite's toy model: its statistics at step 0 and at ``steps``
+    (`deepgen_rl.toy.run_report.run_statistics`: per held-out prompt strict, own, other and own - other, each as its
+    mean over prompts and a sign test against step 0). Each test makes its own run (with its own step-0 eval, the same
+    for both: same weights, same fixed noise), so that under pytest-xdist the two can run on two workers at once."""
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.model import model_dir_overrides
     from deepgen_rl.toy.rl_run import (PROMPT_FOLLOWING_FLAGS, PROMPT_FOLLOWING_VARIANT, TOY_HELDOUT_EVAL_YAML,
                                        TOY_MODEL_CONFIG, TOY_RL_MIX_YAML, run_toy_rl)
+    from deepgen_rl.toy.run_report import run_statistics
     from deepgen_rl.toy.sftaux import write_toy_sftaux
 
     sftaux = str(write_toy_sftaux(tmp_path_factory.mktemp(f"sftaux_{name}") / "pairs", n=4096,
@@ -58,32 +60,24 @@ def _run(tmp_path_factory, root: str, name: str, steps: int, negate: bool) -> di
                      model=build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root)),
                      dataset_config=TOY_RL_MIX_YAML, eval_config=TOY_HELDOUT_EVAL_YAML, sftaux_dataset_config=sftaux,
                      **flags)
-    at = {}
-    for step in (0, steps):
-        own, other = res.per_prompt(step, "toy_heldout", "score"), res.per_prompt_other(step, "toy_heldout")
-        at[step] = dict(own=own, spec={i: own[i] - other[i] for i in own}, other=other)
-    before, after = at[0], at[steps]
-    run = dict(mean={k: (mean_over_prompts(before[k]), mean_over_prompts(after[k])) for k in ("own", "spec", "other")},
-               strict=(res.strict_acc("toy_heldout")[0], res.strict_acc("toy_heldout")[steps]),
-               test={k: paired_sign_test(before[k], after[k]) for k in ("own", "spec")},
-               rewards=[round(m["reward/toy_compositional"], 3) for m in res.history])
-    print(name, run)
-    return run
+    first, last = run_statistics(res.output_dir)
+    assert (first["step"], last["step"]) == (0, steps)
+    print(name, {k: (first[k]["mean"], last[k]) for k in ("strict", "own", "other", "own_minus_other")},
+          "rewards", [round(m["reward/toy_compositional"], 3) for m in res.history])
+    return first, last
 
 
 @pytest.mark.slow
 def test_rl_teaches_prompt_following(tmp_path_factory, toy_model_paths):
-    rl = _run(tmp_path_factory, toy_model_paths["root"], "rl", STEPS, negate=False)
-    for k in ("spec", "own"):
-        up, down, p = rl["test"][k]
-        assert p < ALPHA and rl["mean"][k][1] > rl["mean"][k][0], (k, rl["mean"][k], rl["test"][k])
-    assert rl["mean"]["spec"][1] >= rl["mean"]["spec"][0] + 0.02, rl["mean"]["spec"]
-    assert rl["strict"][1] >= rl["strict"][0], rl["strict"]
+    first, last = _run(tmp_path_factory, toy_model_paths["root"], "rl", STEPS, negate=False)
+    for k in ("own_minus_other", "own"):
+        assert last[k]["p"] < ALPHA and last[k]["mean"] > first[k]["mean"], (k, first[k], last[k])
+    assert last["own_minus_other"]["mean"] >= first["own_minus_other"]["mean"] + 0.02, last["own_minus_other"]
+    assert last["strict"]["mean"] >= first["strict"]["mean"], (first["strict"], last["strict"])
 
 
 @pytest.mark.slow
 def test_negated_advantages_do_not_raise_it(tmp_path_factory, toy_model_paths):
-    neg = _run(tmp_path_factory, toy_model_paths["root"], "negated", NEG_STEPS, negate=True)
-    for k in ("spec", "own"):
-        up, down, _ = neg["test"][k]
-        assert neg["mean"][k][1] <= neg["mean"][k][0] and up <= down, (k, neg["mean"][k], neg["test"][k])
+    first, last = _run(tmp_path_factory, toy_model_paths["root"], "negated", NEG_STEPS, negate=True)
+    for k in ("own_minus_other", "own"):
+        assert last[k]["mean"] <= first[k]["mean"] and last[k]["up"] <= last[k]["down"], (k, first[k], last[k])
