@@ -12,7 +12,9 @@ evaluations (``eval/step_N/toy_summary.json``, ``toy_verdicts.jsonl`` and the ev
   reward_curve.png          the training reward(s) per step
   report.html               all of it, plus the before/after table of strict, per-claim-type and per-kind accuracy,
                             and the held-out claim score against the images' own prompts vs against other prompts
-                            (the part a prompt-blind change, e.g. "draw every colour", would also raise)
+                            (the part a prompt-blind change, e.g. "draw every colour", would also raise), with
+                            per-prompt sign tests (`deepgen_rl.toy.run_report`; from the run's report.json if
+                            it has the same eval steps)
 """
 
 from __future__ import annotations
@@ -135,16 +137,27 @@ def claim_table(evals: dict[int, dict]) -> list[tuple[str, str, float | None, fl
     return rows
 
 
-def own_vs_other(output_dir: Path, evals: dict[int, dict], verdicts: dict[int, list[dict]]
-                 ) -> dict[str, tuple[float, float]]:
-    """Held-out claim score at the first and last eval against the images' own prompts and against 8 other
-    held-out prompts (`deepgen_rl.toy.evaluate.other_prompt_scores`), each the mean over prompts."""
-    from deepgen_rl.toy.rl_run import ToyRLResult, mean_over_prompts
+PROMPT_ROWS = (("own", "own prompts"), ("other", "other prompts"), ("own_minus_other", "own minus other prompts"))
 
-    res = ToyRLResult(history=[], evals=evals, verdicts=verdicts, output_dir=str(output_dir))
-    steps = (min(evals), max(evals))
-    return {"own prompts": tuple(mean_over_prompts(res.per_prompt(s, HELDOUT, "score")) for s in steps),
-            "other prompts": tuple(mean_over_prompts(res.per_prompt_other(s, HELDOUT)) for s in steps)}
+
+def own_vs_other(output_dir: Path, evals: dict[int, dict]) -> tuple[dict, dict]:
+    """The first and last eval's held-out statistics (`deepgen_rl.toy.run_report.run_statistics`: per prompt, the
+    claim score against its own prompt, against 8 other held-out prompts and their difference; means over prompts,
+    the last with a sign test against the first). Read from the ``report.json`` that scripts/toy_prompt_following.sh
+    writes with them when it covers the same eval steps, else computed."""
+    from deepgen_rl.toy.run_report import run_statistics
+
+    path = output_dir / "report.json"
+    rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    if not rows or (rows[0]["step"], rows[-1]["step"]) != (min(evals), max(evals)):
+        rows = run_statistics(output_dir, HELDOUT)
+    return rows[0], rows[-1]
+
+
+def _prompt_row(prompt_stats: tuple[dict, dict], key: str, label: str) -> str:
+    a, b = prompt_stats[0][key], prompt_stats[1][key]
+    return (f"<tr><td>{label}</td><td>{a['mean']:.3f}</td><td>{b['mean']:.3f}</td><td>{b['mean'] - a['mean']:+.3f}"
+            f"</td><td>{b['up']} / {b['down']}, p {b['p']:.2g}</td></tr>")
 
 
 def _fmt(x) -> str:
@@ -161,7 +174,7 @@ def _trained_exclusive(checkpoint: Path | None) -> bool:
 
 
 def write_report(output_dir: Path, metrics: list[dict], evals: dict[int, dict], changes: dict[str, int],
-                 checkpoint: Path | None, blind: dict[str, tuple[float, float]],
+                 checkpoint: Path | None, prompt_stats: tuple[dict, dict],
                  changed: list[tuple[str, str]] | None = None) -> Path:
     last = metrics[-1]
     if changed:
@@ -198,10 +211,12 @@ on), ODE sampling with the same noise at every eval step. Checkpoint:
 <h2>Accuracy before and after (eval step {first_step} vs {last_step})</h2>
 <table><tr><th>dataset</th><th>metric</th><th>before</th><th>after</th></tr>{rows}</table>
 <h2>Own prompt or any prompt?</h2>
-<p>The held-out images' claim score checked against their own prompts and against 8 other held-out prompts. A
-prompt-blind change (drawing every colour, bigger blobs) raises both; prompt following raises the first more.</p>
-<table><tr><th>checked against</th><th>step {first_step}</th><th>step {last_step}</th><th>change</th></tr>{"".join(
-    f"<tr><td>{k}</td><td>{a:.3f}</td><td>{b:.3f}</td><td>{b - a:+.3f}</td></tr>" for k, (a, b) in blind.items())}
+<p>The held-out images' claim score checked against their own prompts and against 8 other held-out prompts, as the
+mean over prompts. A prompt-blind change (drawing every colour, bigger blobs) raises both alike; only prompt following
+raises own minus other. The last column is a one-sided exact sign test over the prompts whose value changed (its
+false-positive rate is at most p).</p>
+<table><tr><th>checked against</th><th>step {first_step}</th><th>step {last_step}</th><th>change</th>
+<th>prompts up / down, p</th></tr>{"".join(_prompt_row(prompt_stats, k, label) for k, label in PROMPT_ROWS)}
 </table>
 <h2>Reward curves</h2><img src="reward_curve.png" alt="reward curve">
 <h2>Every eval image with its verdict</h2><ul>{toy_pages}</ul>
@@ -225,14 +240,16 @@ def main(argv=None) -> int:
     grid, changes, changed = before_after_grid(out, verdicts, out / "samples_before_after.png",
                                                num_prompts=a.num_prompts, changed_path=out / "samples_changed.png")
     ckpt = latest_checkpoint(out)
-    blind = own_vs_other(out, evals, verdicts)
-    report = write_report(out, metrics, evals, changes, ckpt, blind, changed)
+    prompt_stats = own_vs_other(out, evals)
+    report = write_report(out, metrics, evals, changes, ckpt, prompt_stats, changed)
     print(f"held-out and train-split accuracy, eval step {min(evals)} -> {max(evals)}:")
     for ds, m, before, after in claim_table(evals):
         print(f"  {ds:14s} {m:22s} {_fmt(before)} -> {_fmt(after)}")
     print(f"  held-out images: {changes}")
-    for k, (a, b) in blind.items():
-        print(f"  held-out claim score against {k}: {a:.3f} -> {b:.3f} ({b - a:+.3f})")
+    for k, label in PROMPT_ROWS:
+        a, b = prompt_stats[0][k], prompt_stats[1][k]
+        print(f"  held-out claim score against {label}: {a['mean']:.3f} -> {b['mean']:.3f} "
+              f"({b['mean'] - a['mean']:+.3f}; {b['up']} prompts up / {b['down']} down, p {b['p']:.2g})")
     k = max(1, min(5, len(metrics) // 2))
     for key in sorted({kk for m in metrics for kk in m if kk.startswith("reward/")} - {"reward/total"}):
         first = [m[key] for m in metrics[:k] if key in m and m[key] == m[key]]

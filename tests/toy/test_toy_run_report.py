@@ -92,3 +92,22 @@ def test_cli_errors_name_what_is_missing(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--dataset", "nope"])
     assert "toy_heldout" in capsys.readouterr().err
+
+
+def test_quickstart_report_takes_the_runs_report_json_only_when_it_covers_the_same_evals(tmp_path):
+    from deepgen_rl.toy.quickstart import own_vs_other
+
+    _write_step(tmp_path, 0, [[BLANK] for _ in PROMPTS], 10.0)
+    _write_step(tmp_path, 10, [[_drawn(i)] for i in range(6)], 70.0)
+    evals = {0: {}, 10: {}}
+    first, last = own_vs_other(tmp_path, evals)  # no report.json: computed
+    assert (first["step"], last["step"]) == (0, 10) and last["own"]["mean"] == 1.0 and last["own"]["up"] == 6
+    # the script's report.json, as run_report --json writes it, is used as it is (here marked to tell it apart)
+    rows = run_statistics(tmp_path)
+    rows[1]["own"]["mean"] = 0.123
+    (tmp_path / "report.json").write_text(json.dumps(rows))
+    assert own_vs_other(tmp_path, evals)[1]["own"]["mean"] == 0.123
+    # a report.json of other eval steps (the run went on after it was written) is not: recomputed
+    _write_step(tmp_path, 20, [[BLANK] for _ in PROMPTS], 130.0)
+    first, last = own_vs_other(tmp_path, {0: {}, 10: {}, 20: {}})
+    assert last["step"] == 20 and last["own"]["mean"] == 0.0 and (last["own"]["up"], last["own"]["down"]) == (0, 0)
