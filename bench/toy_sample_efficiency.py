@@ -23,9 +23,9 @@ process's CPU time in training from the step-0 eval on, evaluation excluded (``t
 the reward threads count). Per eval it reports, from `deepgen_rl.toy.run_report.run_statistics` over the held-out
 prompts: strict accuracy, own (an image's claim score on its own prompt), other (the same images on 8 other held-out
 prompts: what a prompt-blind image scores) and own - other (what only prompt following raises), each with a
-one-sided exact sign test over prompts of the last eval against step 0 (false-positive rate <= p at level p). Prints
-one table per metric (value @ CPU-s per eval, gain per 100 CPU-s, the sign test) and writes a PNG. Alias arms (gdpo,
-and window or full) run once and are reported under both names.
+one-sided exact sign test over prompts of the last eval against step 0 (at level α its false-positive rate is ≤ α).
+Prints one table per metric (value @ CPU-s per eval, gain per 100 CPU-s, the sign test) and writes a PNG. Alias arms
+(gdpo, and window or full) run once and are reported under both names.
 
   python bench/toy_sample_efficiency.py                      # all arms, the prompt-following setting
   python bench/toy_sample_efficiency.py --arms cps,grpo      # a subset (two processes with disjoint --arms use 2 cores)
