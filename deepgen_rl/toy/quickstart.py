@@ -213,8 +213,8 @@ on), ODE sampling with the same noise at every eval step. Checkpoint:
 <h2>Own prompt or any prompt?</h2>
 <p>The held-out images' claim score checked against their own prompts and against 8 other held-out prompts, as the
 mean over prompts. A prompt-blind change (drawing every colour, bigger blobs) raises both alike; only prompt following
-raises own minus other. The last column is a one-sided exact sign test over the prompts whose value changed (its
-false-positive rate is at most p).</p>
+raises own minus other. The last column is a one-sided exact sign test over the prompts whose value changed (at
+level α its false-positive rate is at most α).</p>
 <table><tr><th>checked against</th><th>step {first_step}</th><th>step {last_step}</th><th>change</th>
 <th>prompts up / down, p</th></tr>{"".join(_prompt_row(prompt_stats, k, label) for k, label in PROMPT_ROWS)}
 </table>
