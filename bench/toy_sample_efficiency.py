@@ -91,12 +91,10 @@ def setting_run(setting: str, smoke: bool, workdir: Path) -> dict:
     if setting == "fast":
         return dict(variant="default", kwargs=dict(dataset_config=rl_run.TOY_RL_YAML,
                                                    eval_config=rl_run.TOY_EVAL_YAML))
-    from deepgen_rl.toy.sftaux import write_toy_sftaux
-
-    sftaux = write_toy_sftaux(workdir / "sftaux", n=256 if smoke else 4096, variant=rl_run.PROMPT_FOLLOWING_VARIANT)
-    return dict(variant=rl_run.PROMPT_FOLLOWING_VARIANT, kwargs=dict(
-        dataset_config=rl_run.TOY_RL_MIX_YAML, eval_config=rl_run.TOY_EVAL_YAML if smoke else
-        rl_run.TOY_HELDOUT_EVAL_YAML, sftaux_dataset_config=str(sftaux), **rl_run.PROMPT_FOLLOWING_FLAGS))
+    kwargs = rl_run.prompt_following_kwargs(workdir, sftaux_pairs=256 if smoke else 4096)
+    if smoke:
+        kwargs["eval_config"] = rl_run.TOY_EVAL_YAML
+    return dict(variant=rl_run.PROMPT_FOLLOWING_VARIANT, kwargs=kwargs)
 
 
 def run_arm(name: str, flags: dict, steps: int, eval_every: int, workdir: Path, model_dir: str,

@@ -6,7 +6,9 @@
 fixed per-image seeds, so two evaluations differ only through the weights. It returns the per-step training
 metrics and, per eval step, the toy summary and the per-image verdicts (``eval/step_N/toy_verdicts.jsonl``).
 
-`paired_sign_test(before, after)` is the statistic the CI test uses on per-prompt outcomes.
+`prompt_following_kwargs(workdir)` gives ``run_toy_rl`` the headline setting of scripts/toy_prompt_following.sh
+(CI's RL test and the bench run it in process). `paired_sign_test(before, after)` is the statistic the CI test uses
+on per-prompt outcomes.
 """
 
 from __future__ import annotations
@@ -51,6 +53,20 @@ PROMPT_FOLLOWING_FLAGS: dict[str, Any] = dict(
     sftaux_coef=0.001, ema_decay=0.95, gradient_checkpointing=False, cpu_fast_gelu=True, reuse_last_velocity=True,
     eval_judge=False, eval_at_start=True, save_total_limit=1, log_images_every=0, reward_workers=2,
 )
+
+
+
+
+def prompt_following_kwargs(workdir: str | Path, *, sftaux_pairs: int = 4096) -> dict[str, Any]:
+    """``run_toy_rl`` keywords of the headline setting in process (CI's RL test, the bench's default setting): the
+    RL mixture TOY_RL_MIX_YAML, the held-out eval TOY_HELDOUT_EVAL_YAML, PROMPT_FOLLOWING_FLAGS, and the SFT anchor's
+    ``sftaux_pairs`` train-split pairs of PROMPT_FOLLOWING_VARIANT, written into ``workdir/sftaux`` (must not exist).
+    Load the variant's model and pass it as ``model``."""
+    from .sftaux import write_toy_sftaux
+
+    sftaux = write_toy_sftaux(Path(workdir) / "sftaux", n=sftaux_pairs, variant=PROMPT_FOLLOWING_VARIANT)
+    return dict(dataset_config=TOY_RL_MIX_YAML, eval_config=TOY_HELDOUT_EVAL_YAML, sftaux_dataset_config=str(sftaux),
+                **PROMPT_FOLLOWING_FLAGS)
 
 
 @dataclass

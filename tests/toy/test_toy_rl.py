@@ -48,18 +48,13 @@ def _run(tmp_path_factory, root: str, name: str, steps: int, negate: bool) -> tu
     for both: same weights, same fixed noise), so that under pytest-xdist the two can run on two workers at once."""
     from deepgen_rl.models import build_model
     from deepgen_rl.toy.model import model_dir_overrides
-    from deepgen_rl.toy.rl_run import (PROMPT_FOLLOWING_FLAGS, PROMPT_FOLLOWING_VARIANT, TOY_HELDOUT_EVAL_YAML,
-                                       TOY_MODEL_CONFIG, TOY_RL_MIX_YAML, run_toy_rl)
+    from deepgen_rl.toy.rl_run import TOY_MODEL_CONFIG, prompt_following_kwargs, run_toy_rl
     from deepgen_rl.toy.run_report import run_statistics
-    from deepgen_rl.toy.sftaux import write_toy_sftaux
 
-    sftaux = str(write_toy_sftaux(tmp_path_factory.mktemp(f"sftaux_{name}") / "pairs", n=4096,
-                                  variant=PROMPT_FOLLOWING_VARIANT))
-    flags = {**PROMPT_FOLLOWING_FLAGS, "eval_at_start": True, "negate_advantages": negate, "seed": SEED}
+    setting = prompt_following_kwargs(tmp_path_factory.mktemp(f"sftaux_{name}"), sftaux_pairs=4096)
     res = run_toy_rl(tmp_path_factory.mktemp(name), steps=steps, eval_every=steps,
                      model=build_model(TOY_MODEL_CONFIG, **model_dir_overrides(root)),
-                     dataset_config=TOY_RL_MIX_YAML, eval_config=TOY_HELDOUT_EVAL_YAML, sftaux_dataset_config=sftaux,
-                     **flags)
+                     **{**setting, "eval_at_start": True, "negate_advantages": negate, "seed": SEED})
     first, last = run_statistics(res.output_dir)
     assert (first["step"], last["step"]) == (0, steps)
     print(name, {k: (first[k]["mean"], last[k]) for k in ("strict", "own", "other", "own_minus_other")},
