@@ -9,7 +9,11 @@ builds the toy headline model's DiT (``slots_wide``'s SD3 config, random weights
 on the weights) and times, on ``--rows`` images of 8x8x16 latents with 28 text tokens:
 - a rollout forward (``torch.no_grad``), and
 - an update piece: forward, backward, AdamW step (what the trainer does per train micro-batch),
-``--iters`` times each after a warm-up, and counts its minor page faults per update piece. It also prints a digest
+``--iters`` times each after a warm-up, and counts its minor page faults per update piece (a count that varies from
+run to run under glibc's default, whose mmap threshold moves with what was freed before). Before that it counts the
+faults of one ``malloc`` / write / ``free`` of 64 MiB, after one warm-up, which does not vary: above glibc's largest
+dynamic mmap threshold (32 MiB) the default maps and unmaps it each time, faulting in every page again (16,385 faults
+with 4 KiB pages), while cpu_malloc.sh's 1 GiB threshold serves it from the heap it keeps (0). It also prints a digest
 of the DiT's weights after its updates: both arms must give the same digest (the settings change where memory comes
 from, not what is computed). Printed: the medians per arm and the ratios cpu_malloc.sh / default.
 """
@@ -28,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, setup_env, timings  # noqa: E402
 
 MALLOC_SH = ROOT / "scripts/utils/cpu_malloc.sh"
+REALLOC_MIB = 64  # above glibc's largest dynamic mmap threshold (32 MiB on 64-bit)
 
 
 def parse_args(argv=None):
@@ -40,7 +45,29 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def realloc_faults(mib: int = REALLOC_MIB) -> float:
+    """Minor page faults of one libc malloc + memset + free of ``mib`` MiB, after one warm-up."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+
+    def once():
+        ptr = libc.malloc(mib << 20)
+        if not ptr:
+            raise MemoryError(f"malloc of {mib} MiB failed")
+        ctypes.memset(ptr, 1, mib << 20)
+        libc.free(ptr)
+
+    once()
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    once()
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+
+
 def worker(a) -> dict:
+    realloc = realloc_faults()  # first, in a fresh process: nothing else has shaped the heap yet
     setup_env(1)
     import hashlib
 
@@ -75,7 +102,8 @@ def worker(a) -> dict:
     upd = timings(update, a.iters)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / a.iters
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in dit.parameters())).hexdigest()[:16]
-    return {"fwd_s": median(fwd), "update_s": median(upd), "faults_per_update": faults, "digest": digest}
+    return {"fwd_s": median(fwd), "update_s": median(upd), "faults_per_update": faults,
+            "faults_per_realloc": realloc, "digest": digest}
 
 
 def run_arm(arm: str, a) -> dict:
@@ -106,12 +134,14 @@ def main(argv=None) -> int:
     for arm in arms:
         r = res[arm]
         rows.append([arm, median(x["fwd_s"] for x in r) * 1e3, median(x["update_s"] for x in r) * 1e3,
-                     median(x["faults_per_update"] for x in r), r[0]["digest"]])
+                     median(x["faults_per_update"] for x in r), median(x["faults_per_realloc"] for x in r),
+                     r[0]["digest"]])
     print_table(f"toy DiT (slots_wide config), {a.rows} rows, 1 thread; medians over {a.repeats} worker(s) x "
-                f"{a.iters} iterations", ["arm", "rollout fwd ms", "update ms", "page faults / update", "weights digest"],
-                rows, ["", ".1f", ".1f", ".0f", ""])
+                f"{a.iters} iterations", ["arm", "rollout fwd ms", "update ms", "page faults / update",
+                 f"faults / {REALLOC_MIB} MiB realloc", "weights digest"], rows, ["", ".1f", ".1f", ".0f", ".0f", ""])
     digests = {x["digest"] for arm in arms for x in res[arm]}
-    print(f"weights after the updates: {'identical in every worker' if len(digests) == 1 else 'DIFFER: ' + str(digests)}")
+    same = "identical in every worker" if len(digests) == 1 else "DIFFER: " + str(digests)
+    print(f"weights after the updates: {same}")
     print_ratio("rollout forward cpu_malloc.sh / default", rows[1][1] / rows[0][1])
     print_ratio("update piece cpu_malloc.sh / default", rows[1][2] / rows[0][2], "<= 1.0")
     print(load_note())

@@ -121,14 +121,17 @@ def test_dit_flop_formula_matches_counter_on_full_config():
 
 def test_cpu_malloc_smoke():
     """Both arms run in their own worker, compute the same weights to the last bit, and the malloc arm's worker
-    really ran with the settings of scripts/utils/cpu_malloc.sh (fewer page faults per update is what they are for)."""
+    really ran with the settings of scripts/utils/cpu_malloc.sh: a 64 MiB buffer freed and allocated again is
+    faulted in anew under glibc's default (mmapped: 16,385 faults with 4 KiB pages, 32 with 2 MiB ones) and not at
+    all from the heap those settings keep. (Faults per update piece, also printed, vary from run to run under the
+    default: 3,235 to 11,336 measured, once below the malloc arm's 3,351 under load; not asserted.)"""
     out = run_smoke("cpu_malloc.py")
     assert "identical in every worker" in out
     r = ratios(out)
     assert {"rollout forward cpu_malloc.sh / default", "update piece cpu_malloc.sh / default"} <= set(r)
-    faults = {line.split()[0]: float(line.split()[3]) for line in out.splitlines()
-              if line.startswith(("default ", "cpu_malloc.sh "))}
-    assert faults["cpu_malloc.sh"] < faults["default"], out
+    realloc = {line.split()[0]: float(line.split()[4]) for line in out.splitlines()
+               if line.startswith(("default ", "cpu_malloc.sh "))}
+    assert realloc["default"] >= 32 and realloc["cpu_malloc.sh"] == 0, out
     assert "rerun: " in out and "bench/cpu_malloc.py --smoke" in out
 
 
