@@ -10,18 +10,24 @@ prompt-blind change (brighter, greener, bigger, more objects for every prompt al
 together; spec_i rises only where an image fits its own prompt better than other prompts: prompt following.
 Two one-sided exact sign tests over the prompts whose outcome changed (`deepgen_rl.toy.rl_run.paired_sign_test`,
 under "training does not change the prompts' outcomes"), of spec_i and of own_i at step 0 vs step STEPS, each at
-α = 0.01: the test passes only if both reject, so its false-positive rate is ≤ 0.01. The mean of spec_i must also rise
-by ≥ 0.02 (a magnitude, no significance claimed), strict accuracy (all claims of an image pass) must not fall, and
-the negated run must not raise own_i nor spec_i (means, and no more prompts up than down).
+α = 0.001: the test passes only if both reject. STEPS was chosen after looking at this run's evals at every second
+step from 2 to 20 (below): a choice among those 10 step counts, so the false-positive rate of the test as run is
+≤ 10 × 0.001 = 0.01 (Bonferroni). The mean of spec_i must also rise by ≥ 0.02 (a magnitude, no significance
+claimed), strict accuracy (all claims of an image pass) must not fall, and the negated run must not raise own_i nor
+spec_i (means, and no more prompts up than down).
 
 Measured (pinned numerics, this machine class; docs/toy_world.md "The CI test and the quickstart on slots_wide"):
-  rl       step 20: spec 0.430 -> 0.480 (46 prompts up / 17 down, p 1.7e-4), own 0.649 -> 0.699 (45 / 15, p 6.7e-5),
-           other 0.219 -> 0.219, strict 0.342 -> 0.373 (21 / 15, p 0.2: not asserted);
+  rl       spec 0.430 -> (step 4) 0.442 (35 prompts up / 20 down, p 0.029) -> (8) 0.451 (42 / 21, p 0.0056)
+           -> (12) 0.465 (43 / 20, p 0.0026) -> (14) 0.467 (42 / 21, p 0.0056) -> (16) 0.475 (48 / 15, p 1.9e-5)
+           -> (20) 0.480 (46 / 17, p 1.7e-4); own 0.649 -> (12) 0.688 (35 / 18, p 0.014) -> (14) 0.688 (40 / 16,
+           p 9.2e-4) -> (16) 0.695 (42 / 13, p 5.7e-5) -> (20) 0.699 (45 / 15, p 6.7e-5); other 0.219 -> (16) 0.220
+           (33 / 27, p 0.26) -> (20) 0.219;
+           strict 0.342 -> (16) 0.377 (23 / 10, p 0.018: not asserted). Step 16 is the first with both p < 0.001.
   negated  step 5: spec 0.430 -> 0.381 (24 / 39), own 0.649 -> 0.597 (22 / 36), strict 0.342 -> 0.285; by step 10
            (a separate run) spec 0.125, strict 0.090.
 The in-process run repeats scripts/toy_prompt_following.sh with NGPUS=1 to the last digit (its rewards and evals).
-~9.5 minutes on one thread (rl ~7.5, negated ~2; two tests, so two workers can share them), after the
-variant's one-time build."""
+~6 minutes of CPU on one thread on the faster machine class (rl ~4.5, negated ~1.5; two tests, so two workers can
+share them), after the variant's one-time build."""
 
 from __future__ import annotations
 
@@ -29,8 +35,8 @@ import pytest
 
 from deepgen_rl.toy.rl_run import paired_sign_test
 
-ALPHA = 0.01
-STEPS = 20
+ALPHA = 0.001  # per sign test; x 10 step counts looked at = 0.01 (module docstring)
+STEPS = 16
 NEG_STEPS = 5
 SEED = 0
 
