@@ -133,6 +133,9 @@ def worker(opts) -> None:
     from deepgen_rl.utils.dist import exit_without_teardown
 
     torch.distributed.init_process_group("gloo")
+    from deepgen_rl.trainer.deepspeed_utils import skip_cpu_shm_comm_op
+
+    skip_cpu_shm_comm_op()  # no compile of a comm op DeepSpeed does not use on CPU
     deepspeed.init_distributed(dist_backend="gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     out = Path(tempfile.mkdtemp(prefix="bf16_accum_"))

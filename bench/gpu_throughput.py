@@ -223,8 +223,9 @@ def build_engine(dit, dtype, device):
     import deepspeed
     import torch
 
-    from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, dit_hidden_size
+    from deepgen_rl.trainer.deepspeed_utils import build_deepspeed_config, dit_hidden_size, skip_cpu_shm_comm_op
 
+    skip_cpu_shm_comm_op()  # the CPU run: no compile of an op DeepSpeed does not use
     if not torch.distributed.is_initialized():
         if "RANK" not in os.environ:  # a single process without torchrun
             from deepgen_rl.services.ocr.launch import free_port

@@ -8,6 +8,32 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 
+def _no_shm_op():
+    return None
+
+
+def skip_cpu_shm_comm_op() -> bool:
+    """Keep DeepSpeed from compiling its shared-memory comm op on a machine without CUDA; True where it did so.
+
+    Every process that starts DeepSpeed (``deepspeed.init_distributed``, ``deepspeed.initialize``) creates DeepSpeed
+    0.19.6's ``TorchBackend``, which on the CPU accelerator JIT-compiles ``deepspeed_shm_comm`` (C++, ~65 s and ~130
+    CPU-s on a 2-core machine the first time; then cached in ``TORCH_EXTENSIONS_DIR``, while other processes wait for
+    the compile) and only initialises it: its collectives all go through torch.distributed (gloo on CPU). This makes
+    the backend's op builder return nothing, as on a platform without the op. Call it before the process's first
+    DeepSpeed process group or engine. ``tests/trainer/test_deepspeed_shm.py`` checks that the installed DeepSpeed's
+    backend uses the op nowhere but in its constructor, so a DeepSpeed that starts to use it fails that test."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    import importlib
+
+    # importlib, not ``import deepspeed.comm.torch as m``: that binds the attribute ``torch`` of deepspeed.comm,
+    # which is the torch package
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = _no_shm_op
+    return True
+
+
 def build_deepspeed_config(config, args, world_size: int, hidden_size: int | None = None, *,
                            gloo: bool = False) -> dict:
     """Load ``config`` (path or dict) and fill every "auto" from ``args``.

@@ -33,7 +33,7 @@ from deepgen_rl.rl.samplers import make_sigmas, sde_window, stochastic_step_mask
 from deepgen_rl.rollout import expand_groups, rollout
 from deepgen_rl.trainer.loggers import init_swanlab
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, cpu_adam_problem, dit_from_state,
-                                                 dit_hidden_size, partitioned_fraction)
+                                                 dit_hidden_size, partitioned_fraction, skip_cpu_shm_comm_op)
 from deepgen_rl.rl.objectives import OBJECTIVES, PieceInputs
 from deepgen_rl.trainer.ema import PartitionedEMA
 from deepgen_rl.trainer.policy import UpdateStats, policy_piece_loss, update_indices
@@ -142,6 +142,7 @@ class DeepGenGRPOTrainer(Trainer):
         if args.deepspeed_config:
             import deepspeed
 
+            skip_cpu_shm_comm_op()
             if not dist.is_dist():
                 deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
             ds_config = build_deepspeed_config(args.deepspeed_config, args, self.world,
