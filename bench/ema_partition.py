@@ -38,10 +38,9 @@ def worker(opts) -> None:
     from deepgen_rl.utils.dist import exit_without_teardown
 
     torch.distributed.init_process_group("gloo")
-    from deepgen_rl.trainer.deepspeed_utils import skip_cpu_shm_comm_op
+    from deepgen_rl.trainer.deepspeed_utils import init_deepspeed_distributed
 
-    skip_cpu_shm_comm_op()  # no compile of a comm op DeepSpeed does not use on CPU
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_deepspeed_distributed("gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     rows, results = [], {}
     for name in ("zero2", "zero3_all"):

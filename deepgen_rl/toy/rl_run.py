@@ -55,8 +55,6 @@ PROMPT_FOLLOWING_FLAGS: dict[str, Any] = dict(
 )
 
 
-
-
 def prompt_following_kwargs(workdir: str | Path, *, sftaux_pairs: int = 4096) -> dict[str, Any]:
     """``run_toy_rl`` keywords of the headline setting in process (CI's RL test, the bench's default setting): the
     RL mixture TOY_RL_MIX_YAML, the held-out eval TOY_HELDOUT_EVAL_YAML, PROMPT_FOLLOWING_FLAGS, and the SFT anchor's

@@ -34,6 +34,15 @@ def skip_cpu_shm_comm_op() -> bool:
     return True
 
 
+def init_deepspeed_distributed(dist_backend: str) -> None:
+    """``deepspeed.init_distributed(dist_backend=...)`` after ``skip_cpu_shm_comm_op`` (for processes that start
+    DeepSpeed's process group themselves: the test workers and benches)."""
+    skip_cpu_shm_comm_op()
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend=dist_backend)
+
+
 def build_deepspeed_config(config, args, world_size: int, hidden_size: int | None = None, *,
                            gloo: bool = False) -> dict:
     """Load ``config`` (path or dict) and fill every "auto" from ``args``.

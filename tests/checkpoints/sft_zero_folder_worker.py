@@ -30,10 +30,9 @@ PULL = 1e-3
 
 def main() -> None:
     out = Path(sys.argv[1])
-    from deepgen_rl.trainer.deepspeed_utils import skip_cpu_shm_comm_op
+    from deepgen_rl.trainer.deepspeed_utils import init_deepspeed_distributed
 
-    skip_cpu_shm_comm_op()  # no compile of a comm op DeepSpeed does not use on CPU
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_deepspeed_distributed("gloo")
     from deepgen_rl.checkpoints.sft import is_sft_key
     from deepgen_rl.models import build_model
 

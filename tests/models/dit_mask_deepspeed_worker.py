@@ -39,7 +39,8 @@ from deepgen_rl.models import build_model  # noqa: E402
 from deepgen_rl.rl.samplers import make_sigmas  # noqa: E402
 from deepgen_rl.rollout import rollout  # noqa: E402
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, dit_from_state, dit_hidden_size,  # noqa: E402
-                                                fp32_master_state_dict, partitioned_fraction, skip_cpu_shm_comm_op)
+                                                fp32_master_state_dict, init_deepspeed_distributed,
+                                                partitioned_fraction)
 from deepgen_rl.trainer.ema import PartitionedEMA  # noqa: E402
 from deepgen_rl.trainer.eval_hook import ema_transformer  # noqa: E402
 from deepgen_rl.trainer.policy import PieceInputs, policy_piece_loss  # noqa: E402
@@ -129,10 +130,7 @@ def run_case(case: str, model, base, alone, out: Path) -> dict:
 
 def main():
     torch.distributed.init_process_group("gloo")
-    import deepspeed
-
-    skip_cpu_shm_comm_op()  # no compile of a comm op DeepSpeed does not use on CPU
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_deepspeed_distributed("gloo")
     torch.manual_seed(0)
     model = build_model(str(ROOT / "configs/models/deepgen_tiny.py"))
     alone = encode_alone(model)

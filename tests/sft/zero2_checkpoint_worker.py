@@ -26,10 +26,9 @@ STEPS = 2
 
 def main() -> None:
     out = Path(sys.argv[1])
-    from deepgen_rl.trainer.deepspeed_utils import skip_cpu_shm_comm_op
+    from deepgen_rl.trainer.deepspeed_utils import init_deepspeed_distributed
 
-    skip_cpu_shm_comm_op()  # no compile of a comm op DeepSpeed does not use on CPU
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_deepspeed_distributed("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     from deepgen_rl.models import build_model
 

@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, partitioned_fraction,  # noqa: E402
-                                                skip_cpu_shm_comm_op)
+from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, init_deepspeed_distributed,  # noqa: E402
+                                                partitioned_fraction)
 from deepgen_rl.trainer.ema import PartitionedEMA  # noqa: E402
 from tests.trainer.helpers import ROOT  # noqa: E402
 
@@ -142,10 +142,7 @@ def run_case(case: str, out: Path) -> dict:
 
 def main():
     torch.distributed.init_process_group("gloo")
-    import deepspeed
-
-    skip_cpu_shm_comm_op()  # no compile of a comm op DeepSpeed does not use on CPU
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_deepspeed_distributed("gloo")
     box = [tempfile.mkdtemp(prefix="ema_worker_") if torch.distributed.get_rank() == 0 else None]
     torch.distributed.broadcast_object_list(box, src=0)  # one folder for both ranks
     out = Path(box[0])

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from deepgen_rl.trainer.deepspeed_utils import (build_deepspeed_config, gathered_params,  # noqa: E402
-                                                skip_cpu_shm_comm_op)
+                                                init_deepspeed_distributed)
 from tests.trainer.helpers import ROOT  # noqa: E402
 
 ROUNDS, LAYERS, WIDTH = 40, 80, 48
@@ -53,11 +53,8 @@ def bad_reads(gloo: bool) -> dict:
 
 
 def main() -> None:
-    import deepspeed
-
     torch.set_num_threads(1)
-    skip_cpu_shm_comm_op()  # no compile of a comm op DeepSpeed does not use on CPU
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_deepspeed_distributed("gloo")
     report = {mode: bad_reads(mode == "ours") for mode in sys.argv[1].split(",")}
     if torch.distributed.get_rank() == 0:
         print("GATHER_REPORT " + json.dumps(report), flush=True)
