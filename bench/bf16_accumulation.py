@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,7 @@ def worker(opts) -> None:
         "bf16_sft0": one_update(opts, "bf16_sft0", bf16=True, sft_zero=True, out=out),
     }
     torch.distributed.barrier()
+    shutil.rmtree(out, ignore_errors=True)  # this rank's scratch folder (exit_without_teardown skips atexit)
     if rank != 0:
         torch.distributed.destroy_process_group()
         exit_without_teardown()

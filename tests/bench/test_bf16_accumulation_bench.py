@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_bf16_accumulation_smoke():
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+def test_bf16_accumulation_smoke(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, str(ROOT / "bench/bf16_accumulation.py"), "--smoke"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not list(tmp_path.glob("bf16_accum_*")), sorted(p.name for p in tmp_path.iterdir())  # its scratch: gone
     out = proc.stdout
     report = json.loads(next(ln for ln in out.splitlines() if ln.startswith("BF16_ACCUM_REPORT ")).split(" ", 1)[1])
     assert report["world"] == 1 and report["backwards"] == 4  # int(0.6 x 5) = 3 pieces + the SFT term

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -142,6 +143,7 @@ def main():
     if torch.distributed.get_rank() == 0:
         print("MASK_REPORT " + json.dumps(reports), flush=True)
     torch.distributed.barrier()
+    shutil.rmtree(out, ignore_errors=True)  # this rank's scratch folder (the exit below skips atexit)
     torch.distributed.destroy_process_group()
 
 

@@ -22,13 +22,16 @@ PATHS = ["rollout", "training", "eval_live", "eval_ema"]
 
 
 @pytest.fixture(scope="module")
-def reports():
+def reports(tmp_path_factory):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(ROOT / "tests/models/dit_mask_deepspeed_worker.py"), ",".join(CASES)]
-    proc = subprocess.run(cmd, env=subprocess_env(), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    scratch = tmp_path_factory.mktemp("tmpdir")  # the worker's TMPDIR: its scratch folders must be gone after
+    proc = subprocess.run(cmd, env=subprocess_env(TMPDIR=scratch), cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("MASK_REPORT ")]
     assert proc.returncode == 0 and lines, f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n" \
                                            f"{proc.stderr[-6000:]}"
+    assert not list(scratch.glob("dit_mask_ds_*")), sorted(p.name for p in scratch.iterdir())
     per_rank = json.loads(lines[-1].split(" ", 1)[1])
     assert len(per_rank) == 2
     return per_rank

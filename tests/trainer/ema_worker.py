@@ -13,6 +13,7 @@ persistence threshold 0: every parameter partitioned).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -150,6 +151,8 @@ def main():
     if torch.distributed.get_rank() == 0:
         print("EMA_REPORT " + json.dumps(report), flush=True)
     torch.distributed.barrier()
+    if torch.distributed.get_rank() == 0:  # the ranks' shared scratch folder (the exit below skips atexit)
+        shutil.rmtree(out, ignore_errors=True)
     torch.distributed.destroy_process_group()
 
 

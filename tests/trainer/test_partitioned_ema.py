@@ -21,13 +21,16 @@ PARTITIONED = CASES[1:]
 
 
 @pytest.fixture(scope="module")
-def report():
+def report(tmp_path_factory):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(ROOT / "tests/trainer/ema_worker.py"), ",".join(CASES)]
-    proc = subprocess.run(cmd, env=subprocess_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    scratch = tmp_path_factory.mktemp("tmpdir")  # the worker's TMPDIR: its scratch folders must be gone after
+    proc = subprocess.run(cmd, env=subprocess_env(TMPDIR=scratch), cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("EMA_REPORT ")]
     assert proc.returncode == 0 and lines, f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n" \
                                            f"{proc.stderr[-6000:]}"
+    assert not list(scratch.glob("ema_worker_*")), sorted(p.name for p in scratch.iterdir())
     return json.loads(lines[-1].split(" ", 1)[1])
 
 

@@ -19,13 +19,16 @@ CASES = ["none", "zero2", "zero3", "zero3_offload", "zero3_sd3", "zero3_all", "n
 
 
 @pytest.fixture(scope="module")
-def report():
+def report(tmp_path_factory):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(ROOT / "tests/trainer/zero_grad_worker.py"), ",".join(CASES)]
-    proc = subprocess.run(cmd, env=subprocess_env(), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    scratch = tmp_path_factory.mktemp("tmpdir")  # the worker's TMPDIR: its scratch folders must be gone after
+    proc = subprocess.run(cmd, env=subprocess_env(TMPDIR=scratch), cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZERO_GRAD_REPORT ")]
     assert proc.returncode == 0 and lines, f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n" \
                                            f"{proc.stderr[-6000:]}"
+    assert not list(scratch.glob("zero_grad_*")), sorted(p.name for p in scratch.iterdir())
     return json.loads(lines[-1].split(" ", 1)[1])
 
 

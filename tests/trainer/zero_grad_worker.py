@@ -15,6 +15,7 @@ rank 0 must pad); ``_skipadv`` does the same with ``--skip_zero_advantage`` on; 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -175,6 +176,7 @@ def main():
     if dist.rank() == 0:
         print("ZERO_GRAD_REPORT " + json.dumps(report), flush=True)
     torch.distributed.barrier()
+    shutil.rmtree(out, ignore_errors=True)  # this rank's scratch folder (the exit below skips atexit)
     # An orderly gloo shutdown: without it a rank can abort at interpreter exit ("terminate called without an active
     # exception", seen once in a fresh-clone CI run on 2026-12-02) after the report was printed.
     torch.distributed.destroy_process_group()
