@@ -20,7 +20,8 @@ TOY_TESTS = os.environ.get("DEEPGEN_TOY_TESTS", "1") != "0"
 # gives each worker a contiguous half of the list, and an idle worker steals the tail half of a busy one's queue
 # (which always keeps its next 2 tests): with FIRST at the head and LAST behind the short model tests, a worker that
 # runs FIRST leaves LAST to the other one. Listed side by side, the two RL tests ran one after the other on one
-# worker: `bash scripts/test.sh tests/toy` took 8.5 min with the model cached, for ~600 worker-s of tests.
+# worker: `DEEPGEN_TEST_WORKERS=2 bash scripts/test.sh tests/toy` took 8.5 min with the model cached (now 5.5), for
+# ~600 worker-s of tests.
 FIRST = ("test_rl_teaches_prompt_following",)
 LAST = ("test_negated_advantages_do_not_raise_it", "test_toy_quickstart_short", "test_toy_sample_efficiency_smoke")
 
