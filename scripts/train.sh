@@ -76,8 +76,10 @@ ARGS=(
 if [ "$HAS_CUDA" = "1" ] || [ -n "${NGPUS:-}" ]; then
   NGPUS="${NGPUS:-1}"
   echo "[train.sh] torchrun: $NNODES node(s) x $NGPUS process(es), node rank $NODE_RANK, master $MASTER_ADDR:$MASTER_PORT"
+  # --log-dir: torchrun's per-launch folders go into the run's logs (without it, every launch leaves a
+  # /tmp/torchelastic_* folder behind)
   exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" \
-    --master_port "$MASTER_PORT" --nproc_per_node "$NGPUS" --no-python \
+    --master_port "$MASTER_PORT" --nproc_per_node "$NGPUS" --log-dir "$OUTPUT_DIR/logs/torchrun" --no-python \
     bash scripts/utils/rank_tee.sh python -m deepgen_rl.grpo_deepgen "${ARGS[@]}" "$@"
 else
   echo "[train.sh] no CUDA: single process on the CPU (set NGPUS=2 for a 2-process gloo run)"

@@ -38,9 +38,12 @@ def _records(out: Path, step: int, world: int) -> list[dict]:
 @pytest.mark.parametrize("ds_config", [ZERO2, ZERO3, ZERO3_OFFLOAD, ZERO3_SD3],
                          ids=["zero2", "zero3", "zero3_offload", "zero3_sd3"])
 def test_two_process_deepspeed(tmp_path, ds_config):
-    out = tmp_path / "run"
+    out, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
     train_sh(out, "--max_steps", "2", "--save_steps", "2", "--save_rollout_records", "true",
-             "--atrain_micro_batch_size", "4", ngpus=2, deepspeed=ds_config)
+             "--atrain_micro_batch_size", "4", ngpus=2, deepspeed=ds_config, env_extra={"TMPDIR": str(tmp)})
+    # torchrun's per-launch folder is in the run's logs, not left in TMPDIR
+    assert not list(tmp.glob("torchelastic_*")) and (out / "logs" / "torchrun").is_dir()
     ckpt = out / "checkpoint-2"
     assert json.loads((ckpt / "checkpoint_meta.json").read_text())["world_size"] == 2
     d0, d1 = _digests(ckpt)
