@@ -29,10 +29,12 @@ model code changes how a prompt reaches the DiT.
 Pinned numerics. The build's training trajectory depends on the CPU's float kernels: the same code, seed and torch
 built a different model on an AVX-512 machine than on an AVX2-only one (VAE reconstructions passing the checker 0.633
 vs 0.531 strict), and the RL test's outcome with it. On x86-64 with AVX2, ``build_toy_deepgen`` therefore builds in a
-child process whose torch (``ATEN_CPU_CAPABILITY``), MKL (``MKL_CBWR``), oneDNN (``ONEDNN_MAX_CPU_ISA``) and numpy
-(``NPY_DISABLE_CPU_FEATURES``: its AVX-512 groups, by numpy >= 2.4's names) kernels are held to AVX2, on one thread
-(``PINNED_NUMERICS``): every such machine builds the same model (meta ``numerics`` "avx2"). Elsewhere (ARM, x86
-without AVX2) it builds natively, says so, and records ``numerics`` "native-<isa>".
+child process whose torch (``ATEN_CPU_CAPABILITY``), MKL (``MKL_CBWR``, in strict mode), oneDNN
+(``ONEDNN_MAX_CPU_ISA``) and numpy (``NPY_DISABLE_CPU_FEATURES``: its AVX-512 groups, by numpy >= 2.4's names) kernels
+are held to AVX2, on one thread (``PINNED_NUMERICS``; meta ``numerics`` ``PINNED_TAG``). Machines of one CPU vendor
+then build the same model (two AMD EPYCs, AVX2-only and AVX-512), but not machines of two vendors: an Intel Xeon
+built another one (meta ``cpu_vendor``; docs/toy_world.md, "A build on both cores; an Intel machine"). Elsewhere (ARM,
+x86 without AVX2) it builds natively, says so, and records ``numerics`` "native-<isa>".
 """
 
 from __future__ import annotations
@@ -128,11 +130,16 @@ VARIANTS["slots"] = dict(
 # RL climbs faster early on it but flattens at the same ~0.61, so the headline stays on slots.
 VARIANTS["slots_long"] = dict(VARIANTS["slots"], dit_steps=3200, dit_pool=4096)
 # slots_wide (docs/toy_world.md, "Reliability"; the headline script's model since 2026-12-05): slots with a DiT 1.5x
-# as wide (3 heads of 32: 96 wide, 2.2x the DiT's parameters); 461 CPU-s to build. Train strict 0.78 like slots,
+# as wide (3 heads of 32: 96 wide, 2.2x the DiT's parameters); 461 CPU-s to build in one process (AMD, the fastest
+# day measured; now slots_wide_one_process). Train strict 0.78 like slots,
 # held-out 0.32 (slots: 0.41). RL gains more on it (+16.4 to +21.3 points within 15 minutes over seeds 0-3, against
 # +14.9 to +17.4 on slots), though a step is ~35% slower.
-VARIANTS["slots_wide"] = dict(VARIANTS["slots"], dit=dict(VARIANTS["slots"]["dit"], num_attention_heads=3,
-                                                           caption_projection_dim=96))
+VARIANTS["slots_wide_one_process"] = dict(
+    VARIANTS["slots"], dit=dict(VARIANTS["slots"]["dit"], num_attention_heads=3, caption_projection_dim=96))
+# Since 2026-12-07 slots_wide is built by two one-thread ranks (build_ranks.py; docs/toy_world.md, "A build on both
+# cores; an Intel machine"): the same recipe and batches, the gradient summed in another order, so other weights; the
+# build before (one process, and every number documented for slots_wide until then) is slots_wide_one_process.
+VARIANTS["slots_wide"] = dict(VARIANTS["slots_wide_one_process"], build_ranks=2)
 
 
 def config_hash(config: dict[str, Any] = TOY_CONFIG) -> str:
@@ -187,19 +194,37 @@ def toy_dir(variant: str | None = None) -> str:
 
 # The environment of a pinned build's child process (module docstring, "Pinned numerics"); read by torch, MKL, oneDNN
 # and numpy when the process starts, so it cannot be applied to a running process.
-PINNED_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+# MKL_CBWR "AVX2,STRICT" since 2026-12-07: in MKL's plain AVX2 mode an Intel Xeon's results depended on where the
+# buffers sat in memory (a copy of the DiT's weights gave other last bits: the KL test's reference; docs/toy_world.md,
+# "A build on both cores; an Intel machine"); strict mode takes the alignment out. PINNED_TAG marks the builds made
+# so ("avx2" before).
+PINNED_TAG = "avx2-mkl-strict"
+PINNED_NUMERICS: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
+                                   "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                                    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
 _PINNED_CHILD = "DEEPGEN_TOY_PINNED_BUILD"  # set (to "1") only in the child a pinned build runs in
 
 
 def expected_numerics() -> str:
-    """The numerics this machine's builds have: ``"avx2"`` (pinned: x86-64 with AVX2 or better), else
+    """The numerics this machine's builds have: ``PINNED_TAG`` (pinned: x86-64 with AVX2 or better), else
     ``"native-<torch's CPU capability>"``."""
     cap = torch.backends.cpu.get_cpu_capability()
     if platform.machine().lower() in ("x86_64", "amd64") and cap in ("AVX2", "AVX512"):
-        return "avx2"
+        return PINNED_TAG
     return f"native-{cap.lower()}"
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor string (x86 ``vendor_id`` of /proc/cpuinfo: "GenuineIntel", "AuthenticAMD"), else the
+    platform's processor name, else "unknown". Pinned builds agree within a vendor, not across (module docstring)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _running_pinned() -> bool:
@@ -213,7 +238,7 @@ def build_toy_deepgen(out_dir: str, progress: bool = True, variant: str = "defau
     (module docstring): in a child process ``python -m deepgen_rl.toy.model --out`` with ``PINNED_NUMERICS``, unless
     this process already runs pinned; natively, with a note on stderr, where it cannot pin. Returns its paths."""
     config = variant_config(variant)
-    if expected_numerics() != "avx2":
+    if expected_numerics() != PINNED_TAG:
         print(f"[deepgen_rl.toy] this CPU ({platform.machine()}, torch kernels "
               f"{torch.backends.cpu.get_cpu_capability()}) cannot run the build's pinned AVX2 numerics: building "
               "natively; the model may differ from the documented one (docs/toy_world.md)", file=sys.stderr, flush=True)
@@ -232,7 +257,7 @@ def build_toy_deepgen(out_dir: str, progress: bool = True, variant: str = "defau
         os.rmdir(out_dir)  # the child's --out must not exist
     done = subprocess.run(cmd + ([] if progress else ["--no_progress"]), env=env, check=False)
     meta = read_meta(out_dir)
-    if done.returncode != 0 or meta is None or meta.get("numerics") != "avx2":
+    if done.returncode != 0 or meta is None or meta.get("numerics") != PINNED_TAG:
         raise RuntimeError(f"the pinned toy build ({' '.join(cmd)}) failed with exit status {done.returncode}"
                            + ("" if meta is None else f", numerics {meta.get('numerics')!r}") + "; its output is above")
     return toy_paths(out_dir)
@@ -451,6 +476,7 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
     """
     from diffusers import AutoencoderKL
 
+    from .build_ranks import average_grads, barrier, is_writer, shard
     from .world import sample_pairs
 
     recipe = cfg.get("vae_recipe", "stochastic")
@@ -469,23 +495,27 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
     gen = torch.Generator().manual_seed(cfg["seed"] + 10)
     bar = _bar(cfg["vae_steps"], "toy VAE", progress)
     loss_v = float("nan")
+    params = list(vae.parameters())
     for step in range(cfg["vae_steps"]):
+        # Full-batch draws, then this rank's slice (build_ranks.shard: the whole batch in a one-process build).
         if recipe == "mean":
-            x = pool[torch.randint(0, len(pool), (cfg["vae_batch"],), generator=gen)]
+            x = shard(pool[torch.randint(0, len(pool), (cfg["vae_batch"],), generator=gen)])
             mean = vae.encode(x).latent_dist.mean
-            recon = vae.decode(mean + cfg["vae_latent_noise"] * torch.randn(mean.shape, generator=gen)).sample
+            noise = shard(torch.randn((cfg["vae_batch"], *mean.shape[1:]), generator=gen))
+            recon = vae.decode(mean + cfg["vae_latent_noise"] * noise).sample
             loss = torch.nn.functional.mse_loss(recon, x)
         else:
-            x = _pixels([im for _, im in sample_pairs("train", cfg["vae_batch"], rng, **lay)]) * 2 - 1
+            x = shard(_pixels([im for _, im in sample_pairs("train", cfg["vae_batch"], rng, **lay)]) * 2 - 1)
             post = vae.encode(x).latent_dist
-            recon = vae.decode(post.mean + post.std * torch.randn(post.mean.shape, generator=gen)).sample
+            noise = shard(torch.randn((cfg["vae_batch"], *post.mean.shape[1:]), generator=gen))
+            recon = vae.decode(post.mean + post.std * noise).sample
             loss = torch.nn.functional.mse_loss(recon, x) + 1e-6 * post.kl().mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        loss_v = average_grads(params, loss)
         opt.step()
         if sched is not None:
             sched.step()
-        loss_v = loss.item()
         bar.update(1)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
@@ -506,7 +536,9 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
         if recipe == "mean":
             recon_mse = torch.nn.functional.mse_loss(recon, xh).item()
     vae.register_to_config(shift_factor=shift, scaling_factor=scale)
-    vae.save_pretrained(vae_dir)
+    if is_writer():
+        vae.save_pretrained(vae_dir)
+    barrier()
     return {"vae_final_loss": loss_v, "vae_recon_mse": recon_mse, "vae_shift": shift, "vae_scale": scale,
             "vae_recon_strict": _strict_accuracy((recon + 1) / 2, [c for c, _ in held])}
 
@@ -528,6 +560,7 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
     from deepgen_rl.rl.losses import sft_flow_matching_loss
     from deepgen_rl.sft.loss import drop_captions, sample_sigmas
 
+    from .build_ranks import average_grads, is_writer, shard
     from .world import sample_pairs
 
     seed = cfg["seed"]
@@ -579,21 +612,24 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
             with torch.no_grad():
                 x0 = model.encode_images(_pixels(images))
         texts, _ = drop_captions(list(texts), cfg["caption_dropout"], noise_gen)
-        cond = encode_with_grad(model, texts)
         sigma = sample_sigmas(x0.shape[0], model.scheduler_shift, noise_gen)
         noise = torch.randn(x0.shape, generator=noise_gen)
+        # Full-batch draws above, this rank's slice below (the whole batch in a one-process build).
+        texts, x0, sigma, noise = shard(texts), shard(x0), shard(sigma), shard(noise)
+        cond = encode_with_grad(model, texts)
         s = sigma.view(-1, 1, 1, 1)
         v = model.predict_velocity((1 - s) * x0 + s * noise, sigma, cond)
         loss = sft_flow_matching_loss(v, noise, x0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        loss_v = average_grads(trained, loss)
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         sched.step()
         if ema is not None:
             with torch.no_grad():
                 torch._foreach_lerp_(ema, [p.detach() for p in trained], 1.0 - ema_decay)
-        losses.append(loss.item())
+        losses.append(loss_v)
         bar.update(1)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
@@ -602,27 +638,49 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
         with torch.no_grad():
             for p, e in zip(trained, ema):
                 p.copy_(e)
-    torch.save(export_sft_state_dict(model, legacy=True), paths["checkpoint"])
+    if is_writer():
+        torch.save(export_sft_state_dict(model, legacy=True), paths["checkpoint"])
     return {"dit_first_loss": float(np.mean(losses[:50])), "dit_final_loss": float(np.mean(losses[-100:]))}
+
+
+def build_parts(out_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, float]:
+    """The build's three stages in this process (one rank of a multi-process build: ``build_ranks``): base parts,
+    VAE, pre-training. The writer (rank 0) writes the files; returns the statistics for ``toy_meta.json``."""
+    from .build_ranks import barrier, is_writer
+
+    paths = toy_paths(out_dir)
+    with torch.random.fork_rng(devices=[]):
+        if is_writer():
+            _write_base_parts(paths, cfg)
+        barrier()
+        stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)
+        stats.update(_pretrain_deepgen(paths, cfg, progress))
+    return stats
 
 
 def make_toy_deepgen(out_dir: str, progress: bool = True, config: dict[str, Any] | None = None) -> dict[str, str]:
     """Build the toy model into ``out_dir`` (see module docstring) in this process, with this process's numerics
     (``build_toy_deepgen`` pins them); returns its paths."""
+    from .build_ranks import build_ranks, run_build_ranks
+
     cfg = dict(TOY_CONFIG if config is None else config)
     paths = toy_paths(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     t0, cpu0 = time.time(), time.process_time()
     layout_kwargs(cfg)  # a bad size range or layout fails before anything is built
-    with torch.random.fork_rng(devices=[]):
-        _write_base_parts(paths, cfg)
-        stats = _train_vae(os.path.join(paths["sd3"], "vae"), cfg, progress)
-        stats.update(_pretrain_deepgen(paths, cfg, progress))
+    ranks = build_ranks(cfg)
+    if ranks > 1:  # the ranks' CPU seconds count as the build's
+        stats = run_build_ranks(out_dir, cfg, progress)
+        cpu0 -= stats.pop("ranks_cpu_s")
+    else:
+        stats = build_parts(out_dir, cfg, progress)
     digest = config_hash(cfg)
     meta = {"version": TOY_VERSION, "config_hash": digest, "variant": _variant_with_hash(digest), "seed": cfg["seed"],
             "build_wall_s": round(time.time() - t0, 1), "build_cpu_s": round(time.process_time() - cpu0, 1),
-            "torch_threads": torch.get_num_threads(),
-            "numerics": "avx2" if _running_pinned() else f"native-{torch.backends.cpu.get_cpu_capability().lower()}",
+            "torch_threads": torch.get_num_threads(), "build_ranks": ranks,
+            "numerics": (PINNED_TAG if _running_pinned()
+                         else f"native-{torch.backends.cpu.get_cpu_capability().lower()}"),
+            "cpu_vendor": cpu_vendor(),
             **stats}
     with open(os.path.join(out_dir, DONE_MARKER), "w") as f:
         json.dump(meta, f, indent=1)

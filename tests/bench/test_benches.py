@@ -145,3 +145,16 @@ def test_cpu_gelu_smoke():
     m = re.search(r"max \|output fast - aten\| (\S+); \|grad fast - grad aten\| / \|grad aten\| (\S+)", out)
     assert m and 0 < float(m.group(1)) < 1e-4 and 0 < float(m.group(2)) < 1e-4, out
     assert "rerun: " in out and "bench/cpu_gelu.py --smoke" in out
+
+
+def test_toy_build_ranks_smoke():
+    """The three arms build the same shortened config: the two-rank and two-thread models are the one-process model
+    up to float rounding (the two-rank one is the exact data-parallel equivalent, tests/toy/test_toy_build_ranks.py)."""
+    out = run_smoke("toy_build_ranks.py", timeout=600)
+    r = ratios(out)
+    assert {"wall 2 threads / 1 process", "wall 2 ranks / 1 process", "CPU 2 ranks / 1 process"} <= set(r)
+    diffs = {line[:22].strip(): float(line.split()[-1]) for line in out.splitlines()
+             if line.startswith(("1 process, ", "2 ranks, "))}
+    assert diffs["1 process, 1 thread"] == 0.0, out
+    assert 0 < diffs["2 ranks, 1 thread each"] < 1e-4 and 0 < diffs["1 process, 2 threads"] < 1e-4, out
+    assert "rerun: " in out and "bench/toy_build_ranks.py --smoke" in out

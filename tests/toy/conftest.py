@@ -3,8 +3,9 @@ quickstart and of scripts/toy_prompt_following.sh, where RL teaches prompt follo
 (deepgen_rl.toy.model.toy_dir("slots_wide"), i.e. deepgen_toy_slots_wide next to $DEEPGEN_TINY_DIR; $DEEPGEN_TOY_DIR,
 if set, must hold that variant) and reused by every later test and session.
 
-Building it takes ~8–13 CPU-minutes on one thread, so a clean clone's suite builds it once: the tests that need it are
-moved to the front of the run (below), so that under pytest-xdist one worker builds while the other runs the rest.
+Building it takes ~8.5 minutes on an idle 2-core machine (two single-threaded ranks, ~16 CPU-minutes in all), so a
+clean clone's suite builds it once: the tests that need it are moved to the front of the run (below), so that under
+pytest-xdist one worker builds (its two ranks sharing the cores with the other worker) while the other runs the rest.
 DEEPGEN_TOY_TESTS=0 skips them (a quick local run); the world, checker, reward and toy metrics are always tested.
 The default variant (toy-v3) is no longer built by the suite: its tests build shortened configs.
 """

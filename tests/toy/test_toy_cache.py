@@ -17,7 +17,7 @@ from deepgen_rl.toy import model as toy_model
 
 # the tests of the pinned build: only an x86-64 machine with AVX2 can pin its numerics
 needs_pinned_numerics = pytest.mark.skipif(
-    toy_model.expected_numerics() != "avx2",
+    toy_model.expected_numerics() != toy_model.PINNED_TAG,
     reason=f"this machine cannot pin the build's numerics ({toy_model.expected_numerics()})")
 
 
@@ -176,7 +176,7 @@ def test_an_unpinned_process_builds_in_a_pinned_child_and_a_failed_child_is_an_e
             return type("Done", (), {"returncode": 3})()
         os.makedirs(out)
         with open(os.path.join(out, toy_model.DONE_MARKER), "w") as f:
-            json.dump({"numerics": "avx2"}, f)
+            json.dump({"numerics": toy_model.PINNED_TAG}, f)
         return type("Done", (), {"returncode": 0})()
 
     monkeypatch.setattr(toy_model, "_running_pinned", lambda: False)

@@ -16,7 +16,17 @@ step from 2 to 20 (below): a choice among those 10 step counts, so the false-pos
 claimed), strict accuracy (all claims of an image pass) must not fall, and the negated run must not raise own_i nor
 spec_i (means, and no more prompts up than down).
 
-Measured (pinned numerics, this machine class; docs/toy_world.md "The CI test and the quickstart on slots_wide"):
+Measured on slots_wide (two ranks, pinned with MKL's strict mode, the Intel Xeon of 2026-12-07; docs/toy_world.md
+"A build on both cores; an Intel machine"), evals every second step of one 24-step run:
+  rl       spec 0.474 -> (8) 0.499 (44 / 15, p 1.0e-4) -> (12) 0.501 (45 / 14, p 3.3e-5) -> (16) 0.508 (44 / 18,
+           p 6.5e-4) -> (24) 0.515 (43 / 19, p 0.0016); own 0.678 -> (16) 0.726 (43 / 12, p 1.7e-5) -> (24) 0.732;
+           other 0.204 -> (16) 0.218 (44 / 17, p 3.6e-4); strict 0.355 -> (16) 0.424 (30 / 9) -> (24) 0.430.
+  negated  step 5: spec 0.474 -> 0.443 (22 / 39), own 0.678 -> 0.653 (18 / 33), strict 0.355 -> 0.352.
+STEPS stays 16 (chosen on the build below; no new choice, so the bound above holds). The same test on an Intel build
+under MKL's plain mode (another model: one process, 2026-12-07's first CI) failed: spec 0.452 -> 0.481 (p 2.9e-4) but
+own 0.664 -> 0.692 (34 / 17, p 0.012). The outcome depends on the model the machine builds.
+On slots_wide_one_process (one process, AMD EPYC, MKL's plain mode; docs/toy_world.md "The CI test and the quickstart
+on slots_wide"):
   rl       spec 0.430 -> (step 4) 0.442 (35 prompts up / 20 down, p 0.029) -> (8) 0.451 (42 / 21, p 0.0056)
            -> (12) 0.465 (43 / 20, p 0.0026) -> (14) 0.467 (42 / 21, p 0.0056) -> (16) 0.475 (48 / 15, p 1.9e-5)
            -> (20) 0.480 (46 / 17, p 1.7e-4); own 0.649 -> (12) 0.688 (35 / 18, p 0.014) -> (14) 0.688 (40 / 16,
