@@ -12,14 +12,13 @@ per step. A build with ``build_ranks`` > 1 (a key of the build config, so part o
 - so it trains the one-process build's model up to float rounding (the gradient is summed in another order): a
   different set of weights, deterministic for a given number of ranks (gloo's sum of two ranks is exact-commutative).
 
-``run_build_ranks`` launches the ranks as ``python -m deepgen_rl.toy.build_ranks`` with the config as a JSON file
+``run_build_ranks`` launches the ranks as ``python -m deepgen_rl.toy.build_rank`` with the config as a JSON file
 (no pickle), over a ``FileStore`` in the build folder (no port), waits for all of them, stops the rest as soon as one
 fails, and returns rank 0's statistics plus the ranks' CPU seconds. Rank 0 writes the model.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import resource
@@ -117,7 +116,7 @@ def run_build_ranks(out_dir: str, cfg: dict[str, Any], progress: bool) -> dict[s
     procs = []
     try:
         for r in range(n):
-            cmd = [sys.executable, "-m", "deepgen_rl.toy.build_ranks", "--out", out_dir, "--rank", str(r),
+            cmd = [sys.executable, "-m", "deepgen_rl.toy.build_rank", "--out", out_dir, "--rank", str(r),
                    "--world", str(n)] + ([] if progress and r == 0 else ["--no_progress"])
             procs.append(subprocess.Popen(cmd, env=env))
         failed = None
@@ -145,35 +144,3 @@ def run_build_ranks(out_dir: str, cfg: dict[str, Any], progress: bool) -> dict[s
         stats = json.load(f)
     os.remove(stats_path)
     return {**stats, "ranks_cpu_s": round(_children_cpu_s() - cpu0, 1)}
-
-
-def main(argv=None) -> int:
-    """One rank of ``run_build_ranks`` (internal: launched by it, not by hand)."""
-    import argparse
-
-    from .model import build_parts
-
-    p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("--out", required=True)
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--no_progress", action="store_true")
-    a = p.parse_args(argv)
-    with open(os.path.join(a.out, CONFIG_FILE)) as f:
-        cfg = json.load(f)
-    dist.init_process_group("gloo", init_method=f"file://{os.path.abspath(os.path.join(a.out, STORE_FILE))}",
-                            rank=a.rank, world_size=a.world,
-                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-    try:
-        stats = build_parts(a.out, cfg, progress=not a.no_progress)
-        if a.rank == 0:
-            with open(os.path.join(a.out, STATS_FILE), "w") as f:
-                json.dump(stats, f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
