@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
+from _common import load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -40,13 +40,13 @@ ARMS = {"1 process, 1 thread": (1, 1), "1 process, 2 threads": (1, 2), "2 ranks,
 
 def _build(cfg: dict, ranks: int, threads: int, out: str) -> dict:
     """One build of ``cfg`` in a pinned child with ``ranks`` ranks and ``threads`` threads; its toy_meta.json."""
+    from deepgen_rl.toy.build_ranks import child_env
     from deepgen_rl.toy.model import PINNED_NUMERICS, PINNED_TAG, expected_numerics
 
     cfg_file = out + ".json"
     with open(cfg_file, "w") as f:
         json.dump(dict(cfg, build_ranks=ranks), f)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if expected_numerics() == PINNED_TAG:
         env.update({k: v for k, v in PINNED_NUMERICS.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     code = ("import json, sys; from deepgen_rl.toy.model import make_toy_deepgen; "

@@ -60,11 +60,6 @@ def is_writer() -> bool:
     return not in_rank() or dist.get_rank() == 0
 
 
-def barrier() -> None:
-    if in_rank():
-        dist.barrier()
-
-
 def shard(x):
     """This rank's contiguous slice of a full batch (a tensor or a list) along its first dimension."""
     if not in_rank():
@@ -92,6 +87,14 @@ def average_grads(params: list[torch.nn.Parameter], loss: torch.Tensor) -> float
     return float(flat[-1])
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment plus ``extra``, with the repository first on ``PYTHONPATH``: what a
+    ``python -m deepgen_rl.toy...`` child of the build needs to import this checkout."""
+    root = Path(__file__).resolve().parents[2]
+    return {**os.environ, **extra,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+
+
 def _children_cpu_s() -> float:
     use = resource.getrusage(resource.RUSAGE_CHILDREN)
     return use.ru_utime + use.ru_stime
@@ -109,9 +112,7 @@ def run_build_ranks(out_dir: str, cfg: dict[str, Any], progress: bool) -> dict[s
             os.remove(path)
     with open(cfg_path, "w") as f:
         json.dump(cfg, f)
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",  # one thread per rank (docstring)
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env = child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # one thread per rank (docstring)
     cpu0 = _children_cpu_s()
     procs = []
     try:
@@ -119,11 +120,12 @@ def run_build_ranks(out_dir: str, cfg: dict[str, Any], progress: bool) -> dict[s
             cmd = [sys.executable, "-m", "deepgen_rl.toy.build_rank", "--out", out_dir, "--rank", str(r),
                    "--world", str(n)] + ([] if progress and r == 0 else ["--no_progress"])
             procs.append(subprocess.Popen(cmd, env=env))
-        failed = None
-        while failed is None and any(p.poll() is None for p in procs):
-            failed = next((r for r, p in enumerate(procs) if p.poll() not in (None, 0)), None)
+        while True:  # until all succeeded or one failed (then the finally stops the others)
+            codes = [p.poll() for p in procs]
+            failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
+            if failed is not None or all(c == 0 for c in codes):
+                break
             time.sleep(0.2)
-        failed = next((r for r, p in enumerate(procs) if p.poll() not in (None, 0)), failed)
         if failed is not None:
             raise RuntimeError(f"the toy build's rank {failed} of {n} failed with exit status "
                                f"{procs[failed].returncode}; its output is above")

@@ -49,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -249,9 +248,9 @@ def build_toy_deepgen(out_dir: str, progress: bool = True, variant: str = "defau
         raise RuntimeError(f"the pinned toy build's child process does not run pinned (torch kernels "
                            f"{torch.backends.cpu.get_cpu_capability()}, environment "
                            f"{ {k: os.environ.get(k) for k in PINNED_NUMERICS} })")
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, **PINNED_NUMERICS, _PINNED_CHILD: "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    from .build_ranks import child_env
+
+    env = child_env(**PINNED_NUMERICS, **{_PINNED_CHILD: "1"})
     cmd = [sys.executable, "-m", "deepgen_rl.toy.model", "--variant", variant, "--out", out_dir]
     if os.path.isdir(out_dir) and not os.listdir(out_dir):
         os.rmdir(out_dir)  # the child's --out must not exist
@@ -476,7 +475,9 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
     """
     from diffusers import AutoencoderKL
 
-    from .build_ranks import average_grads, barrier, is_writer, shard
+    from deepgen_rl.utils.dist import barrier
+
+    from .build_ranks import average_grads, is_writer, shard
     from .world import sample_pairs
 
     recipe = cfg.get("vae_recipe", "stochastic")
@@ -520,6 +521,9 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
     bar.close()
+    if not is_writer():  # the writer computes the latent statistics, checks and saves the VAE; the other ranks
+        barrier()        # load it from there (the DiT stage), so they only wait for it
+        return {}
     vae.eval()
     with torch.no_grad():
         if recipe == "mean":
@@ -536,8 +540,7 @@ def _train_vae(vae_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, f
         if recipe == "mean":
             recon_mse = torch.nn.functional.mse_loss(recon, xh).item()
     vae.register_to_config(shift_factor=shift, scaling_factor=scale)
-    if is_writer():
-        vae.save_pretrained(vae_dir)
+    vae.save_pretrained(vae_dir)
     barrier()
     return {"vae_final_loss": loss_v, "vae_recon_mse": recon_mse, "vae_shift": shift, "vae_scale": scale,
             "vae_recon_strict": _strict_accuracy((recon + 1) / 2, [c for c, _ in held])}
@@ -646,7 +649,9 @@ def _pretrain_deepgen(paths: dict[str, str], cfg: dict[str, Any], progress: bool
 def build_parts(out_dir: str, cfg: dict[str, Any], progress: bool) -> dict[str, float]:
     """The build's three stages in this process (one rank of a multi-process build: ``build_ranks``): base parts,
     VAE, pre-training. The writer (rank 0) writes the files; returns the statistics for ``toy_meta.json``."""
-    from .build_ranks import barrier, is_writer
+    from deepgen_rl.utils.dist import barrier
+
+    from .build_ranks import is_writer
 
     paths = toy_paths(out_dir)
     with torch.random.fork_rng(devices=[]):
