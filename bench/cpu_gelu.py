@@ -41,7 +41,8 @@ def main(argv=None) -> int:
     import torch.nn.functional as F
 
     from deepgen_rl.models.deepgen.cpu_gelu import tanh_gelu, use_cpu_fast_gelu
-    from deepgen_rl.toy.model import VARIANTS, random_toy_dit
+    from deepgen_rl.toy.model import VARIANTS
+    from deepgen_rl.toy.pretrain import random_toy_dit
 
     print(load_note())
     torch.manual_seed(0)

@@ -73,7 +73,8 @@ def worker(a) -> dict:
 
     import torch
 
-    from deepgen_rl.toy.model import VARIANTS, random_toy_dit
+    from deepgen_rl.toy.model import VARIANTS
+    from deepgen_rl.toy.pretrain import random_toy_dit
 
     torch.manual_seed(0)
     dit = random_toy_dit(VARIANTS["slots_wide"])

@@ -1,6 +1,6 @@
 """One rank of a multi-process toy build (``deepgen_rl.toy.build_ranks.run_build_ranks`` launches it; not by hand):
 joins the ranks' gloo group over the build folder's ``FileStore``, runs the build's stages on its slice of each batch
-(``deepgen_rl.toy.model.build_parts``) and, as rank 0, leaves the statistics for the launcher."""
+(``deepgen_rl.toy.pretrain.build_parts``) and, as rank 0, leaves the statistics for the launcher."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def main(argv=None) -> int:
     """One rank of ``run_build_ranks`` (module docstring)."""
     import argparse
 
-    from .model import build_parts
+    from .pretrain import build_parts
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--out", required=True)

@@ -2,7 +2,7 @@
 
 The recipe adds λ·L_sft on real image–caption data to the GRPO loss (docs/training.md). On the toy world the
 matching data is the pre-training distribution itself: train-split captions rendered the way a toy variant was
-pre-trained (its layout and object sizes, `deepgen_rl.toy.model.layout_kwargs`). Held-out compositions never
+pre-trained (its layout and object sizes, `deepgen_rl.toy.pretrain.layout_kwargs`). Held-out compositions never
 appear, so the term anchors what pre-training taught without showing the eval's answers.
 
 ``write_toy_sftaux(out_dir, n=…, variant=…)`` writes::
@@ -32,7 +32,8 @@ def write_toy_sftaux(out_dir: str | Path, *, n: int = 4096, variant: str = "defa
     """Write ``n`` train-split pairs placed as ``variant`` was pre-trained; returns the config's path."""
     from tqdm.auto import tqdm
 
-    from .model import layout_kwargs, variant_config
+    from .model import variant_config
+    from .pretrain import layout_kwargs
     from .world import IMAGE_SIZE, sample_pairs
 
     if n < 1:

@@ -53,7 +53,8 @@ def test_derivative_matches_finite_differences_and_atens():
 
 
 def random_dit():
-    from deepgen_rl.toy.model import VARIANTS, random_toy_dit
+    from deepgen_rl.toy.model import VARIANTS
+    from deepgen_rl.toy.pretrain import random_toy_dit
 
     torch.manual_seed(0)
     return random_toy_dit(VARIANTS["slots_wide"])

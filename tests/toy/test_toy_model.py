@@ -162,7 +162,8 @@ def test_every_variants_dit_maps_its_latents_and_a_context_of_its_width(name):
     """Without a build: each variant's DiT, as the build creates it, takes the VAE's 16-channel latents and a context
     of its joint_attention_dim and returns a finite velocity of the latents' shape (a width that does not match the
     attention heads, e.g. caption_projection_dim 64 with 3 heads of 32, fails here instead of minutes into a build)."""
-    from deepgen_rl.toy.model import random_toy_dit, variant_config
+    from deepgen_rl.toy.model import variant_config
+    from deepgen_rl.toy.pretrain import random_toy_dit
 
     cfg = variant_config(name)
     torch.manual_seed(0)
