@@ -56,19 +56,10 @@ def _build(cfg: dict, ranks: int, threads: int, out: str) -> dict:
         return json.load(f)
 
 
-def _weights(root: str) -> dict:
-    from safetensors.torch import load_file
-
-    from deepgen_rl.checkpoints.sft import read_checkpoint
-
-    vae = load_file(os.path.join(root, "sd3", "vae", "diffusion_pytorch_model.safetensors"))
-    return {**read_checkpoint(os.path.join(root, "deepgen_toy.pth")), **{f"vae.{k}": v for k, v in vae.items()}}
-
-
 def main(argv=None) -> int:
     a = parse_args(argv)
     setup_env(1)
-    from deepgen_rl.toy.model import variant_config
+    from deepgen_rl.toy.model import trained_weights, variant_config
 
     cfg = dict(variant_config(a.variant), vae_steps=a.vae_steps, dit_steps=a.dit_steps)
     if a.smoke:
@@ -80,10 +71,10 @@ def main(argv=None) -> int:
         for r in range(a.repeats):
             for i, (arm, (ranks, threads)) in enumerate(ARMS.items()):
                 res[arm].append(_build(cfg, ranks, threads, os.path.join(tmp, f"{r}-{i}")))
-        ref = _weights(os.path.join(tmp, "0-0"))
+        ref = trained_weights(os.path.join(tmp, "0-0"))
         diffs = {}
         for i, arm in enumerate(ARMS):
-            w = _weights(os.path.join(tmp, f"0-{i}"))
+            w = trained_weights(os.path.join(tmp, f"0-{i}"))
             diffs[arm] = max(float((ref[k].float() - w[k].float()).abs().max()) for k in ref)
     rows = [[arm, median(m["build_wall_s"] for m in ms), median(m["build_cpu_s"] for m in ms),
              median(m["dit_final_loss"] for m in ms), diffs[arm]] for arm, ms in res.items()]

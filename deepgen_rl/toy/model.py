@@ -266,6 +266,18 @@ def toy_paths(root: str) -> dict[str, str]:
             "checkpoint": os.path.join(root, CHECKPOINT_NAME)}
 
 
+def trained_weights(root: str) -> dict[str, torch.Tensor]:
+    """The trained weights of the build in ``root``: its SFT checkpoint's tensors and the VAE's, the latter as
+    ``vae.<name>`` (the VLM and scheduler are not trained)."""
+    from safetensors.torch import load_file
+
+    from deepgen_rl.checkpoints.sft import read_checkpoint
+
+    paths = toy_paths(root)
+    vae = load_file(os.path.join(paths["sd3"], "vae", "diffusion_pytorch_model.safetensors"))
+    return {**read_checkpoint(paths["checkpoint"]), **{f"vae.{k}": v for k, v in vae.items()}}
+
+
 def read_meta(root: str) -> dict | None:
     try:
         with open(os.path.join(root, DONE_MARKER)) as f:

@@ -6,20 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepgen_rl.toy.model import VARIANTS, make_toy_deepgen, read_meta
+from deepgen_rl.toy.model import VARIANTS, make_toy_deepgen, read_meta, trained_weights
 
 # slots_wide's shapes, shortened to 3 VAE steps on 4 images and 4 DiT steps on 4 pairs, in one process.
 SHORT = dict(VARIANTS["slots_wide"], build_ranks=1, vae_steps=3, vae_batch=4, vae_pool=8, dit_steps=4, dit_batch=4,
              dit_pool=8)
-
-
-def _weights(root):
-    from deepgen_rl.checkpoints.sft import read_checkpoint
-    from safetensors.torch import load_file
-
-    ckpt = read_checkpoint(str(root / "deepgen_toy.pth"))
-    vae = load_file(str(root / "sd3" / "vae" / "diffusion_pytorch_model.safetensors"))
-    return {**ckpt, **{f"vae.{k}": v for k, v in vae.items()}}
 
 
 def _diffs(a, b) -> dict[str, tuple[float, float]]:
@@ -43,7 +34,7 @@ def test_two_ranks_train_the_one_process_model(tmp_path):
     two = make_toy_deepgen(str(tmp_path / "two"), progress=False, config=dict(SHORT, build_ranks=2))
     make_toy_deepgen(str(tmp_path / "again"), progress=False, config=dict(SHORT, build_ranks=2))
     make_toy_deepgen(str(tmp_path / "half"), progress=False, config=dict(SHORT, vae_batch=2, dit_batch=2))
-    w_one, w_two, w_again, w_half = (_weights(tmp_path / n) for n in ("one", "two", "again", "half"))
+    w_one, w_two, w_again, w_half = (trained_weights(tmp_path / n) for n in ("one", "two", "again", "half"))
     for part, (largest, mean) in _diffs(w_one, w_two).items():
         assert largest < 1e-4 and mean < 1e-6, part
     for part, (largest, mean) in _diffs(w_one, w_half).items():
