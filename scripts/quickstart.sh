@@ -3,7 +3,8 @@
 # follow prompts, on a laptop CPU. bash scripts/quickstart_tiny.sh is the pipeline demo with the OCR service instead.
 #   1. builds/reuses .venv (same as scripts/test.sh)
 #   2. loads the pre-trained toy DeepGen, the `slots_wide` variant (configs/models/deepgen_toy.py), or builds it once
-#      (announced, with progress bars: ~8-13 CPU-minutes; cached in .cache/deepgen_toy_slots_wide)
+#      (announced, with progress bars: ~8.5 minutes on an idle 2-core machine, two ranks; cached in
+#      .cache/deepgen_toy_slots_wide)
 #   3. runs the toy world's headline setting (scripts/toy_prompt_following.sh) for QUICKSTART_STEPS steps on NGPUS
 #      ranks (2: one per core): MR-GRPO (cps_sde sampler, gdpo advantages), 1,024 images per step, reward
 #      toy_compositional (the programmatic checker), the 64 held-out compositions evaluated (8 images each, ODE, fixed

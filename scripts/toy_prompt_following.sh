@@ -23,7 +23,7 @@
 # speed; the run up to it does not (TOY_MINUTES=0 TOY_STEPS=N repeats a run that stopped at step N to the last digit).
 # TOY_STEPS (200) is the cap; TOY_MINUTES=0 runs exactly TOY_STEPS steps.
 # scripts/quickstart_env.sh sets glibc's malloc thresholds (scripts/utils/cpu_malloc.sh: the same numbers).
-#   1. builds/reuses .venv and the toy model (built once, announced: ~8 minutes on one core)
+#   1. builds/reuses .venv and the toy model (built once, announced: ~8.5 minutes, two ranks on the 2 cores)
 #   2. writes the SFT anchor's 4,096 train-split pairs (the variant's layout) to $OUT/sftaux
 #   3. bash scripts/train.sh with NGPUS=2 and the flags below (extra arguments are passed on to the trainer and
 #      override these; e.g. --dataset_config assets/rl_datasets/toy/toy_rl.yaml trains on the held-out relations only)
