@@ -143,43 +143,19 @@ def ensure_tiny_deepgen(preset: str = "tiny") -> dict[str, str]:
 def make_tiny_deepgen(out_dir: str, preset: str = "tiny", seed: int = SEED) -> dict[str, str]:
     """Write a random DeepGen of ``preset`` size to ``out_dir`` (see module docstring); returns its paths
     (``root``, ``qwen``, ``sd3``, ``checkpoint``)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from diffusers import SD3Transformer2DModel
 
     spec = PRESETS[preset]
     paths = tiny_paths(out_dir)
     os.makedirs(out_dir, exist_ok=True)
 
-    tokenizer = _train_tokenizer()
-    tokenizer.save_pretrained(paths["qwen"])
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
-    text = dict(spec["text"])
-    mrope = text.pop("mrope_section")
-    config = Qwen2_5_VLConfig(
-        text_config=dict(text, vocab_size=1024, max_position_embeddings=2048, tie_word_embeddings=True,
-                         rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=mrope),
-                         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                         pad_token_id=ids["<|endoftext|>"]),
-        vision_config=dict(spec["vision"], out_hidden_size=text["hidden_size"], fullatt_block_indexes=[0],
-                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(paths["qwen"])
-
+    write_random_qwen(paths["qwen"], train_bpe_tokenizer(_corpus_lines(), vocab_size=1000), spec["text"],
+                      spec["vision"], vocab_size=1024, max_position_embeddings=2048, rope_theta=1e6, seed=seed)
     torch.manual_seed(seed + 1)
     SD3Transformer2DModel(sample_size=32, patch_size=2, in_channels=16, out_channels=16, pos_embed_max_size=32,
                           qk_norm="rms_norm", **spec["dit"]).save_pretrained(os.path.join(paths["sd3"], "transformer"))
     torch.manual_seed(seed + 2)
-    blocks = len(spec["vae"]["block_out_channels"])
-    AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * blocks,
-                  up_block_types=("UpDecoderBlock2D",) * blocks, layers_per_block=1, latent_channels=16,
-                  sample_size=64, scaling_factor=1.5305, shift_factor=0.0609, use_quant_conv=False,
-                  use_post_quant_conv=False, **spec["vae"]).save_pretrained(os.path.join(paths["sd3"], "vae"))
-    FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0).save_pretrained(
-        os.path.join(paths["sd3"], "scheduler"))
+    write_vae_and_scheduler(paths["sd3"], spec["vae"], scaling_factor=1.5305, shift_factor=0.0609)
 
     _write_sft_checkpoint(paths, spec["deepgen"], seed)
     with open(os.path.join(out_dir, DONE_MARKER), "w") as f:
@@ -187,19 +163,64 @@ def make_tiny_deepgen(out_dir: str, preset: str = "tiny", seed: int = SEED) -> d
     return paths
 
 
-def _train_tokenizer():
-    """Byte-level BPE (vocab <= 1000) trained on `_CORPUS`, holding the Qwen special tokens."""
+def _corpus_lines() -> list[str]:
+    return [line for line in _CORPUS.splitlines() if line.strip()]
+
+
+def train_bpe_tokenizer(corpus: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer (at most ``vocab_size`` tokens) trained on ``corpus``, holding the Qwen special
+    tokens: the tiny model's and the toy model's."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=QWEN_SPECIAL_TOKENS, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=QWEN_SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator([line for line in _CORPUS.splitlines() if line.strip()], trainer=trainer)
+    bpe.train_from_iterator(corpus, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    model_max_length=4096)
+
+
+def write_random_qwen(path: str, tokenizer, text: dict[str, Any], vision: dict[str, Any], *, vocab_size: int,
+                      max_position_embeddings: int, rope_theta: float, seed: int) -> None:
+    """Save ``tokenizer`` and a random ``Qwen2_5_VLForConditionalGeneration`` (text and vision sizes from ``text``,
+    with its ``mrope_section``, and ``vision``; weights from ``torch.manual_seed(seed)``) into ``path``."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tokenizer.save_pretrained(path)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
+    text = dict(text)
+    mrope = text.pop("mrope_section")
+    config = Qwen2_5_VLConfig(
+        text_config=dict(text, vocab_size=vocab_size, max_position_embeddings=max_position_embeddings,
+                         tie_word_embeddings=True,
+                         rope_parameters=dict(rope_type="default", rope_theta=rope_theta, mrope_section=mrope),
+                         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
+                         pad_token_id=ids["<|endoftext|>"]),
+        vision_config=dict(vision, out_hidden_size=text["hidden_size"], fullatt_block_indexes=[0],
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(path)
+
+
+def write_vae_and_scheduler(sd3_dir: str, vae: dict[str, Any], scaling_factor: float, shift_factor: float) -> None:
+    """Save a random ``AutoencoderKL`` (16 latent channels, one layer per block, sizes from ``vae``; torch's global
+    RNG) and the flow-matching scheduler (shift 3) into ``sd3_dir``'s ``vae`` and ``scheduler`` folders."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
+
+    blocks = len(vae["block_out_channels"])
+    AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * blocks,
+                  up_block_types=("UpDecoderBlock2D",) * blocks, layers_per_block=1, latent_channels=16,
+                  sample_size=64, scaling_factor=scaling_factor, shift_factor=shift_factor, use_quant_conv=False,
+                  use_post_quant_conv=False, **vae).save_pretrained(os.path.join(sd3_dir, "vae"))
+    FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0).save_pretrained(
+        os.path.join(sd3_dir, "scheduler"))
 
 
 def _write_sft_checkpoint(paths: dict[str, str], deepgen_cfg: dict[str, Any], seed: int) -> None:

@@ -13,28 +13,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgen_rl.models.tiny import QWEN_SPECIAL_TOKENS
+from deepgen_rl.models.tiny import train_bpe_tokenizer, write_random_qwen, write_vae_and_scheduler
 
 from .model import toy_paths
 
+
 def _train_tokenizer():
     """Byte-level BPE over the toy grammar's captions and the prompt template (whole words become tokens)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     from deepgen_rl.models.deepgen.model import PROMPT_TEMPLATE
 
     from .world import all_specs, caption
 
     corpus = [caption(s) for s in all_specs()] + [PROMPT_TEMPLATE.format(prompt="")] * 50
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=QWEN_SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(corpus, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   model_max_length=4096)
+    return train_bpe_tokenizer(corpus, vocab_size=400)
 
 
 def random_toy_dit(cfg: dict[str, Any]):
@@ -50,38 +41,13 @@ def random_toy_dit(cfg: dict[str, Any]):
 
 def _write_base_parts(paths: dict[str, str], cfg: dict[str, Any]) -> None:
     """Random VLM + tokenizer, DiT, VAE and scheduler in the real folder layout (as `models.tiny`)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
     seed = cfg["seed"]
-    tokenizer = _train_tokenizer()
-    tokenizer.save_pretrained(paths["qwen"])
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
-    text = dict(cfg["text"])
-    mrope = text.pop("mrope_section")
-    config = Qwen2_5_VLConfig(
-        text_config=dict(text, vocab_size=512, max_position_embeddings=512, tie_word_embeddings=True,
-                         rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=mrope),
-                         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                         pad_token_id=ids["<|endoftext|>"]),
-        vision_config=dict(cfg["vision"], out_hidden_size=text["hidden_size"], fullatt_block_indexes=[0],
-                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(paths["qwen"])
-    blocks = len(cfg["vae"]["block_out_channels"])
+    write_random_qwen(paths["qwen"], _train_tokenizer(), cfg["text"], cfg["vision"], vocab_size=512,
+                      max_position_embeddings=512, rope_theta=1e4, seed=seed)
     torch.manual_seed(seed + 1)
     random_toy_dit(cfg).save_pretrained(os.path.join(paths["sd3"], "transformer"))
     torch.manual_seed(seed + 2)
-    AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * blocks,
-                  up_block_types=("UpDecoderBlock2D",) * blocks, layers_per_block=1, latent_channels=16,
-                  sample_size=64, scaling_factor=1.0, shift_factor=0.0, use_quant_conv=False,
-                  use_post_quant_conv=False, **cfg["vae"]).save_pretrained(os.path.join(paths["sd3"], "vae"))
-    FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0).save_pretrained(
-        os.path.join(paths["sd3"], "scheduler"))
+    write_vae_and_scheduler(paths["sd3"], cfg["vae"], scaling_factor=1.0, shift_factor=0.0)
 
 
 def _pixels(images) -> torch.Tensor:
