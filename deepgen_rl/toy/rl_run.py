@@ -136,10 +136,13 @@ def read_evals(output_dir: str | Path) -> tuple[dict[int, dict], dict[int, list[
 
 def run_toy_rl(output_dir: str | Path, *, steps: int, eval_every: int, model=None,
                dataset_config: str = TOY_RL_YAML, eval_config: str = TOY_EVAL_YAML,
-               sftaux_dataset_config: str | None = None, **overrides) -> ToyRLResult:
+               sftaux_dataset_config: str | None = None, resume_from_checkpoint: str | bool = False,
+               **overrides) -> ToyRLResult:
     """Train ``steps`` MR-GRPO steps on the toy world, evaluating at step 0 and every ``eval_every`` steps.
     ``sftaux_dataset_config`` (e.g. from `deepgen_rl.toy.sftaux.write_toy_sftaux`) with ``sftaux_coef`` > 0 adds
-    the SFT-auxiliary term."""
+    the SFT-auxiliary term. ``resume_from_checkpoint`` (True: the latest checkpoint in ``output_dir``, or a path)
+    continues a run to ``steps`` (the trainer's exact resume); the result then holds this part's history and every
+    eval of ``output_dir``."""
     from deepgen_rl.models import build_model
     from deepgen_rl.trainer.grpo_trainer import DeepGenGRPOTrainer
 
@@ -147,7 +150,7 @@ def run_toy_rl(output_dir: str | Path, *, steps: int, eval_every: int, model=Non
     model = model if model is not None else build_model(TOY_MODEL_CONFIG)
     trainer = DeepGenGRPOTrainer(model, args, dataset_config=dataset_config, eval_dataset_config=eval_config,
                                  sftaux_dataset_config=sftaux_dataset_config)
-    history = trainer.train(resume_from_checkpoint=False)
+    history = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     evals, verdicts = read_evals(output_dir)
     return ToyRLResult(history=history, evals=evals, verdicts=verdicts, output_dir=str(output_dir))
 
