@@ -111,6 +111,26 @@ def setup_env(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def run_under_torchrun(script: str, nproc: int) -> None:
+    """Start ``nproc`` processes of ``script`` (with this process's arguments) under ``torch.distributed.run`` on a
+    free port, and exit with their status (the last 6,000 characters of their stderr on a failure). torchrun's
+    per-launch folder goes into a temporary ``--log-dir`` that is removed after (without it every launch leaves a
+    /tmp/torchelastic_* folder behind)."""
+    import subprocess
+    import tempfile
+
+    from deepgen_rl.services.ocr.launch import free_port
+
+    with tempfile.TemporaryDirectory(prefix="bench_torchrun.") as logs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+               str(free_port()), "--log-dir", logs, script, *sys.argv[1:]]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    if proc.returncode:
+        sys.stderr.write(proc.stderr[-6000:])
+    sys.exit(proc.returncode)
+
+
 def median(values) -> float:
     values = list(values)
     return statistics.median(values) if values else float("nan")

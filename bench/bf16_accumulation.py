@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEMO_PROGRAMMATIC, ROOT, TINY_CONFIG, load_note, print_ratio, print_rerun, print_table, \
-    setup_env  # noqa: E402
+    run_under_torchrun, setup_env  # noqa: E402
 
 SFT_DEMO = str(ROOT / "assets/sftaux/demo.py")
 ZERO2 = str(ROOT / "scripts/deepspeed/zero2.json")
@@ -198,15 +197,7 @@ def main() -> None:
         opts.nproc, opts.num_inference_steps, opts.images = 1, 5, 4
     setup_env(1)
     if "RANK" not in os.environ:  # start the processes
-        from deepgen_rl.services.ocr.launch import free_port
-
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(opts.nproc), "--master_port",
-               str(free_port()), __file__, *sys.argv[1:]]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        proc = subprocess.run(cmd, env=env, stderr=subprocess.PIPE, text=True)
-        if proc.returncode:
-            sys.stderr.write(proc.stderr[-6000:])
-        sys.exit(proc.returncode)
+        run_under_torchrun(__file__, opts.nproc)
     worker(opts)
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, setup_env  # noqa: E402
+from _common import ROOT, load_note, median, print_ratio, print_rerun, print_table, run_under_torchrun, \
+    setup_env  # noqa: E402
 
 DECAY = 0.9
 
@@ -108,15 +108,7 @@ def main() -> None:
         opts.width, opts.layers, opts.rounds = 96, 2, 3
     setup_env(1)
     if "RANK" not in os.environ:  # start the 2 processes
-        from deepgen_rl.services.ocr.launch import free_port
-
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(free_port()), __file__, *sys.argv[1:]]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        proc = subprocess.run(cmd, env=env, stderr=subprocess.PIPE, text=True)
-        if proc.returncode:
-            sys.stderr.write(proc.stderr[-6000:])
-        sys.exit(proc.returncode)
+        run_under_torchrun(__file__, 2)
     worker(opts)
 
 

@@ -39,10 +39,12 @@ def test_a_value_set_in_the_json_is_kept():
     assert cfg["zero_optimization"]["stage3_allgather_sequential"] is False
 
 
-def test_gathered_parameters_hold_their_real_values_on_every_rank():
+def test_gathered_parameters_hold_their_real_values_on_every_rank(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(ROOT / "tests/trainer/zero3_gather_worker.py"), "ours"]
-    proc = subprocess.run(cmd, env=subprocess_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # TMPDIR: torchrun's per-launch torchelastic_* folder stays in the test's folder, not in /tmp
+    proc = subprocess.run(cmd, env=subprocess_env(TMPDIR=tmp_path), cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("GATHER_REPORT ")]
     assert proc.returncode == 0 and lines, f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n" \
                                            f"{proc.stderr[-6000:]}"

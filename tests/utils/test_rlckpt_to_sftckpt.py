@@ -74,7 +74,8 @@ def zero2_checkpoint(tmp_path_factory) -> Path:
     ensure_tiny_deepgen()  # build the cached tiny model once, before two processes race for it
     ckpt = tmp_path_factory.mktemp("rl") / "checkpoint-2"
     ckpt.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # TMPDIR: torchrun's per-launch torchelastic_* folder stays in the test's folder, not in /tmp
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path_factory.mktemp("tmpdir")))
     env.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache/torch_extensions"))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
            str(_free_port()), str(WORKER), str(ckpt)]
