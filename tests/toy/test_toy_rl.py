@@ -39,8 +39,9 @@ spec p 0.0026, own p 0.0047) and the second passes (at 16 spec 0.430 -> 0.475, 4
 0.695, 42 / 13, p 5.7e-5). The same recipe on an Intel build under MKL's plain mode (one process, 2026-12-07's
 first CI) failed at 16: spec p 2.9e-4, own 0.664 -> 0.692 (34 / 17, p 0.012). The outcome depends on the model the
 machine builds.
+The in-process run repeats scripts/toy_prompt_following.sh with NGPUS=1 to the last digit (its rewards and evals).
 Cost on one thread on this machine, alone: the run to the first look ~210 s (a step ~17 s, a 512-image eval ~13 s),
-the second look ~125 s more, the negated run ~125 s; two tests, so two workers can share them."""
+the second look 110-125 s more, the negated run ~115 s; two tests, so two workers can share them."""
 
 from __future__ import annotations
 
