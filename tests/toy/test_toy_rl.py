@@ -47,9 +47,9 @@ build: three looks").
   An AMD one-process build (MKL's plain mode, no longer built) passed at 16 (spec p 1.9e-5, own p 5.7e-5); an Intel
   one-process build under MKL's plain mode (2026-12-07's first CI) failed at 16 (spec p 2.9e-4, own p 0.012).
 The in-process run repeats scripts/toy_prompt_following.sh with NGPUS=1 to the last digit (its rewards and evals).
-Cost on one thread, alone: a step ~14-17 s, a 512-image eval ~13 s; so the Intel build's run (first look) ~210 s,
-the AMD build's (third look) ~8 minutes, ~10.5 beside the other pytest worker; the negated run ~2.5 minutes. Two
-tests, so two workers can share them."""
+Cost on one thread: a step ~14-17 s, a 512-image eval ~13 s; so the Intel build's run (first look) ~210 s alone,
+the AMD build's (third look) 515-520 s beside the other pytest worker (in CI and in the cached suite); the negated
+run 141-163 s there. Two tests, so two workers can share them."""
 
 from __future__ import annotations
 
